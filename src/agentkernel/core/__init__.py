@@ -1,0 +1,1 @@
+"""Core building blocks shared by every component: configuration, errors, extras."""

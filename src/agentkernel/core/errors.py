@@ -1,0 +1,52 @@
+"""The exception tree of agentkernel.
+
+    AgentKernelError
+     +-- AKConfigError            invalid or missing configuration (names the key)
+     +-- TransportError           a queue broker failed or refused an operation
+     |    +-- TransportClosedError      the consumer or transport was already closed
+     |    +-- MessageRejectedError      the message breaks a broker limit (size, attributes)
+     +-- ResponseStoreError       the response or session store failed
+     +-- AgentNotFoundError       no agent with the requested name is registered
+     +-- RetryableError           raised by an agent: run this turn again later
+
+Exceptions of client libraries (botocore, nats, confluent_kafka, redis) never leave a backend:
+they are chained onto one of these with ``raise ... from exc``.
+"""
+
+from __future__ import annotations
+
+
+class AgentKernelError(Exception):
+    """Root of every exception agentkernel raises on purpose."""
+
+
+class AKConfigError(AgentKernelError):
+    """Configuration is invalid or incomplete; the message names the offending key."""
+
+
+class TransportError(AgentKernelError):
+    """A queue transport could not complete an operation."""
+
+
+class TransportClosedError(TransportError):
+    """The consumer or transport was closed and cannot be used again."""
+
+
+class MessageRejectedError(TransportError):
+    """The message breaks a limit of the broker (size, number of attributes) and was not sent."""
+
+
+class ResponseStoreError(AgentKernelError):
+    """A response or session store operation failed."""
+
+
+class AgentNotFoundError(AgentKernelError):
+    """No agent with the requested name is registered in this process."""
+
+
+class RetryableError(AgentKernelError):
+    """Raise from an agent to have the turn delivered again (bounded by ``max_receive_count``).
+
+    Any other exception an agent raises ends the turn with an error reply (status 500) and is
+    not retried: retrying a deterministic failure only burns model tokens.
+    """

@@ -1,0 +1,30 @@
+"""The queue pipeline: envelope, transports, consumer loop, thread runner and components.
+
+Names are imported lazily so that ``import agentkernel.pipeline`` stays cheap.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
+    from agentkernel.pipeline.envelope import QueueMessage, QueueName
+    from agentkernel.pipeline.thread_runner import ThreadRunner
+
+__all__ = ["ConsumerLoop", "QueueConsumer", "QueueMessage", "QueueName", "ThreadRunner"]
+
+_LAZY = {
+    "ConsumerLoop": "agentkernel.pipeline.consumer",
+    "QueueConsumer": "agentkernel.pipeline.consumer",
+    "QueueMessage": "agentkernel.pipeline.envelope",
+    "QueueName": "agentkernel.pipeline.envelope",
+    "ThreadRunner": "agentkernel.pipeline.thread_runner",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentkernel.pipeline' has no attribute {name!r}")

@@ -1,0 +1,319 @@
+"""Consuming a queue: the :class:`ConsumerLoop` and the :class:`QueueConsumer` base.
+
+Per message the loop does what the SQS FIFO pipeline did: a message delivered more than
+``max_receive_count`` times goes to the permanent-failure hook (which answers the caller) and is
+dead-lettered; otherwise it is processed and acknowledged; a failure nacks it so the transport
+redelivers it. An ``async`` process function lets one loop keep up to ``max_in_flight`` messages
+running at once on a private event loop, whatever the number of consumer threads; per-session
+order still holds because the transport releases a group only when its message is acknowledged.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import logging
+import threading
+from abc import ABC, abstractmethod
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.event_loop import LoopThread
+from agentkernel.pipeline.lease import LeaseKeeper
+from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.transport.base import TransportConsumer
+
+logger = logging.getLogger(__name__)
+
+Handler = Callable[[QueueMessage], Any] | Callable[[QueueMessage], Awaitable[Any]]
+
+POLL_ERROR_BACKOFF_SECONDS = 5.0
+
+
+def is_async_callable(fn: Callable[..., Any]) -> bool:
+    """True for ``async def`` functions, bound methods and partials of them."""
+    while isinstance(fn, functools.partial):
+        fn = fn.func
+    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
+    )
+
+
+class _Slots:
+    """Counts free in-flight places shared by all consumer threads of a loop."""
+
+    def __init__(self, size: int) -> None:
+        self._free = size
+        self._cond = threading.Condition()
+
+    def take(self, wanted: int, timeout: float) -> int:
+        """Take up to ``wanted`` places, waiting at most ``timeout`` seconds for one."""
+        with self._cond:
+            if not self._cond.wait_for(lambda: self._free > 0, timeout):
+                return 0
+            taken = min(wanted, self._free)
+            self._free -= taken
+            return taken
+
+    def give(self, count: int = 1) -> None:
+        if count:
+            with self._cond:
+                self._free += count
+                self._cond.notify_all()
+
+
+class _Tracker:
+    """Messages a consumer thread has handed out and not yet settled."""
+
+    def __init__(self) -> None:
+        self._count = 0
+        self._cond = threading.Condition()
+
+    def add(self) -> None:
+        with self._cond:
+            self._count += 1
+
+    def done(self) -> None:
+        with self._cond:
+            self._count -= 1
+            self._cond.notify_all()
+
+    def wait_idle(self) -> None:
+        with self._cond:
+            self._cond.wait_for(lambda: self._count == 0)
+
+
+class ConsumerLoop:
+    """Run ``num_consumers`` threads that fetch from one queue and handle each message.
+
+    Args:
+        process: handles one message; sync or ``async``. Raising nacks the message.
+        on_permanent_failure: runs for a message delivered more than ``max_receive_count``
+            times, before it is dead-lettered; sync or ``async``. Raising leaves it queued.
+        consumer_factory: creates one transport consumer per thread.
+        max_receive_count: deliveries allowed before the permanent-failure hook.
+        num_consumers: consumer threads.
+        batch_size: messages asked for per fetch.
+        max_in_flight: messages handled at once across all threads when ``process`` is async
+            (sync handlers run one at a time on their consumer thread).
+        wait_seconds: longest wait per fetch; sliced to the consumer's
+            ``fetch_wait_slice_seconds`` (about a second by default) so shutdown is noticed.
+        lease_extension: extend a message's lease while it is being handled.
+        queue: the queue's name, for logs and thread names.
+        exit_on_shutdown: passed to :meth:`ThreadRunner.run` by :meth:`run`.
+    """
+
+    def __init__(
+        self,
+        *,
+        process: Handler,
+        on_permanent_failure: Handler,
+        consumer_factory: Callable[[], TransportConsumer],
+        max_receive_count: int = 3,
+        num_consumers: int = 1,
+        batch_size: int = 1,
+        max_in_flight: int = 256,
+        wait_seconds: float = 20.0,
+        lease_extension: bool = True,
+        queue: QueueName | str = "queue",
+        exit_on_shutdown: bool = True,
+    ) -> None:
+        if num_consumers < 1 or batch_size < 1 or max_in_flight < 1:
+            raise ValueError("num_consumers, batch_size and max_in_flight must be at least 1")
+        self._process = process
+        self._on_permanent_failure = on_permanent_failure
+        self._consumer_factory = consumer_factory
+        self._max_receive_count = max_receive_count
+        self._num_consumers = num_consumers
+        self._batch_size = batch_size
+        self._wait_seconds = wait_seconds
+        self._queue = str(queue)
+        self._exit_on_shutdown = exit_on_shutdown
+        self._async = is_async_callable(process)
+        self._slots = _Slots(max_in_flight if self._async else num_consumers * batch_size)
+        self._stop = threading.Event()
+        self._leases = LeaseKeeper(f"{self._queue}-leases") if lease_extension else None
+        self._loop = LoopThread(f"{self._queue}-turns") if self._async else None
+        self._running = 0
+        self._running_lock = threading.Lock()
+        self._error_backoff = POLL_ERROR_BACKOFF_SECONDS
+
+    # -- lifecycle -------------------------------------------------------------------------
+
+    def tasks(self) -> list[ThreadRunner.Task]:
+        """One graceful :class:`ThreadRunner.Task` per consumer thread."""
+        return [
+            ThreadRunner.Task(
+                execution_function=self.consume,
+                thread_name=f"{self._queue}-consumer-{i}",
+                stop_all_on_failure=True,
+                graceful=True,
+            )
+            for i in range(self._num_consumers)
+        ]
+
+    def run(self) -> None:
+        """Run the consumer threads until shutdown; blocks."""
+        ThreadRunner.run(self.tasks(), exit_on_shutdown=self._exit_on_shutdown)
+
+    def stop(self) -> None:
+        """Stop this loop only (finish in-flight work, then return from :meth:`run`)."""
+        self._stop.set()
+
+    def stopping(self) -> bool:
+        return self._stop.is_set() or ThreadRunner.shutdown_event.is_set()
+
+    # -- one consumer thread ---------------------------------------------------------------
+
+    def consume(self) -> None:
+        """Body of one consumer thread: fetch, hand out, and drain on shutdown."""
+        with self._running_lock:
+            self._running += 1
+        consumer = self._consumer_factory()
+        tracker = _Tracker()
+        wait = min(self._wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
+        try:
+            while not self.stopping():
+                self._fetch_and_dispatch(consumer, tracker, wait)
+            tracker.wait_idle()
+        finally:
+            consumer.close()
+            self._thread_finished()
+
+    def _fetch_and_dispatch(self, consumer: TransportConsumer, tracker: _Tracker, wait: float) -> None:
+        room = self._slots.take(self._batch_size, wait)
+        if not room:
+            return
+        try:
+            messages = consumer.fetch(room, wait)
+        except Exception:
+            self._slots.give(room)
+            logger.exception("fetch from %s failed; retrying in %ss", self._queue, self._error_backoff)
+            self._stop.wait(self._error_backoff)
+            return
+        self._slots.give(room - len(messages))
+        for message in messages:
+            tracker.add()
+            if self._loop is not None:
+                future = self._loop.submit(self._handle_async(consumer, message))
+                future.add_done_callback(lambda _f: self._settled(tracker))
+            else:
+                try:
+                    self._handle(consumer, message)
+                finally:
+                    self._settled(tracker)
+
+    def _settled(self, tracker: _Tracker) -> None:
+        self._slots.give()
+        tracker.done()
+
+    def _thread_finished(self) -> None:
+        with self._running_lock:
+            self._running -= 1
+            last = self._running == 0
+        if last:
+            if self._leases is not None:
+                self._leases.stop()
+            if self._loop is not None:
+                self._loop.stop()
+
+    # -- one message -------------------------------------------------------------------------
+
+    def _handle(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        self._track(consumer, message)
+        try:
+            if message.receive_count > self._max_receive_count:
+                self._call(self._on_permanent_failure, message)
+                self._untrack(message)
+                consumer.dead_letter(message)
+            else:
+                self._process(message)
+                self._untrack(message)
+                consumer.ack(message)
+        except Exception:
+            self._untrack(message)
+            self._log_failure(message)
+            self._safe_nack(consumer, message)
+
+    async def _handle_async(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        self._track(consumer, message)
+        try:
+            if message.receive_count > self._max_receive_count:
+                await self._acall(self._on_permanent_failure, message)
+                self._untrack(message)
+                await asyncio.to_thread(consumer.dead_letter, message)
+            else:
+                await self._acall(self._process, message)
+                self._untrack(message)
+                await asyncio.to_thread(consumer.ack, message)
+        except Exception:
+            self._untrack(message)
+            self._log_failure(message)
+            await asyncio.to_thread(self._safe_nack, consumer, message)
+
+    @staticmethod
+    def _call(fn: Handler, message: QueueMessage) -> None:
+        result = fn(message)
+        if inspect.isawaitable(result):
+            asyncio.run(_await(result))
+
+    @staticmethod
+    async def _acall(fn: Handler, message: QueueMessage) -> None:
+        if is_async_callable(fn):
+            await fn(message)  # type: ignore[misc]
+        else:
+            await asyncio.to_thread(fn, message)
+
+    def _track(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        if self._leases is not None:
+            self._leases.track(consumer, message)
+
+    def _untrack(self, message: QueueMessage) -> None:
+        if self._leases is not None:
+            self._leases.untrack(message)
+
+    def _log_failure(self, message: QueueMessage) -> None:
+        logger.warning(
+            "message %s on %s (delivery %s) failed; leaving it for redelivery",
+            message.message_id,
+            self._queue,
+            message.receive_count,
+            exc_info=True,
+        )
+
+    def _safe_nack(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        try:
+            consumer.nack(message)
+        except Exception:
+            logger.exception("nack of %s on %s failed", message.message_id, self._queue)
+
+
+async def _await(awaitable: Awaitable[Any]) -> Any:
+    return await awaitable
+
+
+class QueueConsumer(ABC):
+    """A component that consumes one queue (Agent Runner, response handler, Lambda consumers).
+
+    Subclasses say what to do with a message and what to do when it keeps failing. ``poll`` and
+    ``delete_message`` are for consumers that drive a broker themselves; push-driven ones (an SQS
+    event source mapping on Lambda) leave them unimplemented.
+    """
+
+    @abstractmethod
+    def process_message(self, message: QueueMessage) -> Any:
+        """Handle one message (may be ``async``); raising makes it be delivered again."""
+
+    @abstractmethod
+    def on_permanent_failure(self, message: QueueMessage) -> Any:
+        """Answer the caller of a message that exhausted its deliveries (may be ``async``)."""
+
+    def poll(self, batch_size: int = 1, wait_seconds: float = 1.0) -> list[QueueMessage]:
+        """Fetch messages from the broker; not available on push-driven consumers."""
+        raise NotImplementedError(f"{type(self).__name__} does not poll")
+
+    def delete_message(self, message: QueueMessage) -> None:
+        """Remove a handled message from the broker; not available on push-driven consumers."""
+        raise NotImplementedError(f"{type(self).__name__} does not delete messages")

@@ -1,0 +1,47 @@
+"""The message envelope every pipeline component exchanges, and the attribute keys it carries."""
+
+from __future__ import annotations
+
+from enum import StrEnum
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field
+
+ATTR_REQUEST_ID = "request_id"
+ATTR_USER_ID = "user_id"
+ATTR_STATUS_CODE = "status_code"
+ATTR_TRACEPARENT = "traceparent"
+ATTR_STREAM = "stream"
+
+
+class QueueName(StrEnum):
+    """The two queues of the pipeline. They never see each other's messages."""
+
+    INPUT = "input"
+    OUTPUT = "output"
+
+
+class QueueMessage(BaseModel):
+    """One message on a queue.
+
+    Attributes:
+        body: the JSON payload, as text.
+        attributes: routing metadata (request id, user id, status code, trace context), kept
+            byte-identical across the broker.
+        group_id: the ordering key (the session id). Messages of one group are delivered in
+            order and one at a time.
+        dedup_id: a second send with the same id inside the transport's window is dropped.
+        receive_count: 1-based number of this delivery; exact on every transport.
+        message_id: the broker's identity of the message, for logs.
+        native: the transport's handle for ack/nack; never serialised.
+    """
+
+    model_config = ConfigDict(arbitrary_types_allowed=True)
+
+    body: str = ""
+    attributes: dict[str, str] = Field(default_factory=dict)
+    group_id: str | None = None
+    dedup_id: str | None = None
+    receive_count: int = 1
+    message_id: str | None = None
+    native: Any = Field(default=None, exclude=True, repr=False)

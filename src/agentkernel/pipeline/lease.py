@@ -1,0 +1,80 @@
+"""Keep the leases of messages in progress alive, so a long turn is not delivered twice.
+
+A transport consumer that reports ``lease_seconds`` gets ``extend_lease`` called for each
+message being handled, a third of the lease after the previous extension; a lease is extended two
+more times before it could run out even if one call fails. Handling that ends (ack, nack, or the
+process draining) stops the extensions.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+
+from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.transport.base import TransportConsumer
+
+logger = logging.getLogger(__name__)
+
+
+class LeaseKeeper:
+    """One thread that extends the leases of every tracked message when they come due."""
+
+    def __init__(self, name: str) -> None:
+        self._name = name
+        self._due: dict[int, tuple[float, float, TransportConsumer, QueueMessage]] = {}
+        self._cond = threading.Condition()
+        self._thread: threading.Thread | None = None
+        self._stopped = False
+
+    def track(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        """Start extending ``message``'s lease (no-op for transports without leases)."""
+        lease = consumer.lease_seconds
+        if lease is None:
+            return
+        interval = lease / 3
+        with self._cond:
+            self._due[id(message)] = (time.monotonic() + interval, interval, consumer, message)
+            self._stopped = False
+            if self._thread is None:
+                self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
+                self._thread.start()
+            self._cond.notify()
+
+    def untrack(self, message: QueueMessage) -> None:
+        """Stop extending ``message``'s lease."""
+        with self._cond:
+            self._due.pop(id(message), None)
+
+    def stop(self) -> None:
+        """End the keeper thread; tracked messages are forgotten."""
+        with self._cond:
+            self._stopped = True
+            self._due.clear()
+            thread, self._thread = self._thread, None
+            self._cond.notify()
+        if thread is not None and thread is not threading.current_thread():
+            thread.join(5)
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                if self._stopped:
+                    return
+                now = time.monotonic()
+                due = [(key, entry) for key, entry in self._due.items() if entry[0] <= now]
+                for key, (_, interval, consumer, message) in due:
+                    self._due[key] = (now + interval, interval, consumer, message)
+                if not due:
+                    soonest = min((entry[0] for entry in self._due.values()), default=now + 60)
+                    self._cond.wait(max(soonest - now, 0.01))
+                    continue
+            for _, (_, _, consumer, message) in due:
+                self._extend(consumer, message)
+
+    def _extend(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        try:
+            consumer.extend_lease(message)
+        except Exception:
+            logger.warning("lease extension of %s failed", message.message_id, exc_info=True)

@@ -1,0 +1,351 @@
+"""The public contract suite every queue transport must pass.
+
+Subclass :class:`QueueTransportContract` in a test module, implement :meth:`make_transport`, and
+pytest collects every case::
+
+    class TestMyTransport(QueueTransportContract):
+        ack_wait = 1.0
+
+        def make_transport(self) -> QueueTransport:
+            return MyTransport(visibility_timeout=self.ack_wait)
+
+Capability flags declare a guarantee the broker cannot give; set one to ``False`` only with a
+comment saying why. Time-dependent cases call :meth:`advance`, which sleeps by default and which an
+in-process transport may override to move a fake clock instead.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+import uuid
+from collections import defaultdict
+from collections.abc import Iterator
+from typing import ClassVar
+
+import pytest
+
+from agentkernel.core.errors import TransportError
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+
+__all__ = ["QueueTransportContract"]
+
+
+class QueueTransportContract:
+    """Mixin of test cases for a :class:`QueueTransport`; see the module docstring."""
+
+    #: Lease (visibility timeout / ack wait) the transport under test was configured with, s.
+    ack_wait: ClassVar[float] = 1.0
+    #: Dedup window the transport under test was configured with, in seconds.
+    dedup_window: ClassVar[float] = 2.0
+    #: Ceiling for a fetch that is expected to return something, in seconds.
+    fetch_wait: ClassVar[float] = 5.0
+    #: Wait used for fetches that are expected to come back empty, in seconds.
+    empty_wait: ClassVar[float] = 0.3
+    #: Body size for the large-message round trip, in bytes.
+    large_body_bytes: ClassVar[int] = 200_000
+
+    #: Unacknowledged messages come back by themselves once their lease runs out.
+    timeout_redelivery: ClassVar[bool] = True
+    #: A dedup id is accepted again once the dedup window has passed.
+    dedup_expiry: ClassVar[bool] = True
+    #: An ack with the handle of an earlier delivery does not touch the redelivered message.
+    stale_handle_inert: ClassVar[bool] = True
+    #: ``extend_lease`` keeps a message invisible past its original lease.
+    lease_extension: ClassVar[bool] = True
+
+    # -- hooks ---------------------------------------------------------------------------
+
+    def make_transport(self) -> QueueTransport:
+        """Return a fresh transport whose queues no other test uses."""
+        raise NotImplementedError
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` of broker time pass."""
+        time.sleep(seconds)
+
+    def open_consumers(self, transport: QueueTransport, queue: QueueName) -> int | None:
+        """How many consumers of ``queue`` hold broker resources, or ``None`` if unknowable."""
+        return None
+
+    # -- fixtures and helpers ------------------------------------------------------------
+
+    @pytest.fixture(autouse=True)
+    def _close_consumers(self) -> Iterator[None]:
+        self._consumers: list[TransportConsumer] = []
+        self._transports: list[QueueTransport] = []
+        yield
+        for consumer in self._consumers:
+            consumer.close()
+        for transport in self._transports:
+            transport.close()
+
+    @pytest.fixture
+    def transport(self) -> QueueTransport:
+        transport = self.make_transport()
+        self._transports.append(transport)
+        return transport
+
+    def consumer(self, transport: QueueTransport, queue: QueueName) -> TransportConsumer:
+        consumer = transport.create_consumer(queue)
+        self._consumers.append(consumer)
+        return consumer
+
+    @staticmethod
+    def msg(body: str, group: str | None = "g1", dedup: str | None = None) -> QueueMessage:
+        return QueueMessage(
+            body=body,
+            group_id=group,
+            dedup_id=dedup or uuid.uuid4().hex,
+            attributes={"request_id": uuid.uuid4().hex},
+        )
+
+    def fetch_one(self, consumer: TransportConsumer) -> QueueMessage:
+        got = self.fetch_n(consumer, 1)
+        assert len(got) == 1, f"expected one message within {self.fetch_wait}s, got {len(got)}"
+        return got[0]
+
+    def fetch_n(self, consumer: TransportConsumer, n: int) -> list[QueueMessage]:
+        """Fetch until ``n`` messages arrived or ``fetch_wait`` passed; never acks."""
+        got: list[QueueMessage] = []
+        deadline = time.monotonic() + self.fetch_wait
+        while len(got) < n and (remaining := deadline - time.monotonic()) > 0:
+            got.extend(consumer.fetch(n - len(got), min(remaining, 1.0)))
+        return got
+
+    def assert_empty(self, consumer: TransportConsumer) -> None:
+        assert consumer.fetch(10, self.empty_wait) == []
+
+    # -- the six guarantees ----------------------------------------------------------------
+
+    def test_roundtrip_preserves_envelope(self, transport: QueueTransport) -> None:
+        attributes = {
+            "request_id": "req-1",
+            "user_id": "  padded  ",
+            "empty": "",
+            "unicode": "héllo → 日本 ✓",
+            "json": '{"a": [1, 2]}',
+        }
+        body = '{"prompt": "héllo\\n✓ 日本語", "n": 1}'
+        transport.send(
+            QueueName.INPUT,
+            QueueMessage(body=body, attributes=attributes, group_id="s-1", dedup_id="d-1"),
+        )
+        got = self.fetch_one(self.consumer(transport, QueueName.INPUT))
+        assert got.body == body
+        assert got.attributes == attributes
+        assert got.group_id == "s-1"
+        assert got.receive_count == 1
+        assert got.message_id
+
+    def test_large_body_roundtrip(self, transport: QueueTransport) -> None:
+        body = "x" * self.large_body_bytes
+        transport.send(QueueName.INPUT, self.msg(body))
+        assert self.fetch_one(self.consumer(transport, QueueName.INPUT)).body == body
+
+    def test_per_group_fifo_one_in_flight(self, transport: QueueTransport) -> None:
+        for body in ("first", "second"):
+            transport.send(QueueName.INPUT, self.msg(body, group="s1"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        first = self.fetch_one(consumer)
+        assert first.body == "first"
+        self.assert_empty(consumer)  # the group is locked while "first" is in flight
+        consumer.ack(first)
+        assert self.fetch_one(consumer).body == "second"
+
+    def test_distinct_groups_run_in_parallel(self, transport: QueueTransport) -> None:
+        for group in ("s1", "s2", "s3"):
+            transport.send(QueueName.INPUT, self.msg(group, group=group))
+        got = self.fetch_n(self.consumer(transport, QueueName.INPUT), 3)
+        assert sorted(m.body for m in got) == ["s1", "s2", "s3"]
+
+    def test_batch_size_is_respected(self, transport: QueueTransport) -> None:
+        for group in ("s1", "s2", "s3"):
+            transport.send(QueueName.INPUT, self.msg(group, group=group))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        first = consumer.fetch(2, self.fetch_wait)
+        assert 1 <= len(first) <= 2
+        rest = self.fetch_n(consumer, 3 - len(first))
+        assert len(first) + len(rest) == 3
+
+    def test_fetch_on_empty_queue_returns_within_wait(self, transport: QueueTransport) -> None:
+        consumer = self.consumer(transport, QueueName.INPUT)
+        started = time.monotonic()
+        assert consumer.fetch(5, self.empty_wait) == []
+        assert time.monotonic() - started < self.empty_wait + 1.5
+
+    def test_fetch_wakes_early_when_a_message_arrives(self, transport: QueueTransport) -> None:
+        consumer = self.consumer(transport, QueueName.INPUT)
+        timer = threading.Timer(0.2, transport.send, (QueueName.INPUT, self.msg("late")))
+        timer.start()
+        started = time.monotonic()
+        try:
+            got = self.fetch_n(consumer, 1)
+        finally:
+            timer.join(5)
+        assert [m.body for m in got] == ["late"]
+        assert time.monotonic() - started < self.fetch_wait
+
+    def test_queues_are_isolated(self, transport: QueueTransport) -> None:
+        transport.send(QueueName.INPUT, self.msg("for-input"))
+        self.assert_empty(self.consumer(transport, QueueName.OUTPUT))
+        assert self.fetch_one(self.consumer(transport, QueueName.INPUT)).body == "for-input"
+
+    # -- acknowledgement and redelivery ---------------------------------------------------
+
+    def test_ack_removes_message_for_good(self, transport: QueueTransport) -> None:
+        transport.send(QueueName.INPUT, self.msg("once"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        consumer.ack(self.fetch_one(consumer))
+        self.advance(self.ack_wait + 0.5)
+        self.assert_empty(consumer)
+
+    def test_nack_redelivers_with_incremented_count(self, transport: QueueTransport) -> None:
+        transport.send(QueueName.INPUT, self.msg("retry-me"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        consumer.nack(self.fetch_one(consumer))
+        again = self.fetch_one(consumer)
+        assert (again.body, again.receive_count) == ("retry-me", 2)
+
+    def test_receive_count_is_exact_over_several_deliveries(
+        self, transport: QueueTransport
+    ) -> None:
+        transport.send(QueueName.INPUT, self.msg("poison"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        counts = []
+        for _ in range(4):
+            got = self.fetch_one(consumer)
+            counts.append(got.receive_count)
+            consumer.nack(got)
+        assert counts == [1, 2, 3, 4]
+
+    def test_unacked_message_is_redelivered_after_lease(self, transport: QueueTransport) -> None:
+        if not self.timeout_redelivery:
+            pytest.skip("transport declares no timer redelivery")
+        transport.send(QueueName.INPUT, self.msg("slow"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        assert self.fetch_one(consumer).receive_count == 1
+        self.advance(self.ack_wait + 0.2)
+        again = self.fetch_one(consumer)
+        assert (again.body, again.receive_count) == ("slow", 2)
+
+    def test_stale_handle_ack_is_harmless(self, transport: QueueTransport) -> None:
+        if not (self.timeout_redelivery and self.stale_handle_inert):
+            pytest.skip("transport declares no timer redelivery or no stale-handle protection")
+        transport.send(QueueName.INPUT, self.msg("a1", group="s1"))
+        transport.send(QueueName.INPUT, self.msg("a2", group="s1"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        stale = self.fetch_one(consumer)
+        self.advance(self.ack_wait + 0.2)
+        current = self.fetch_one(consumer)
+        assert (current.body, current.receive_count) == ("a1", 2)
+        consumer.ack(stale)  # must not release the group or remove the redelivered copy
+        self.assert_empty(consumer)
+        consumer.ack(current)
+        assert self.fetch_one(consumer).body == "a2"
+
+    def test_lease_extension_keeps_message_hidden(self, transport: QueueTransport) -> None:
+        if not (self.timeout_redelivery and self.lease_extension):
+            pytest.skip("transport declares no timer redelivery or no lease extension")
+        transport.send(QueueName.INPUT, self.msg("long-turn"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        got = self.fetch_one(consumer)
+        for _ in range(3):
+            self.advance(self.ack_wait * 0.6)
+            consumer.extend_lease(got)
+        self.assert_empty(consumer)  # 1.8 x ack_wait later, still in flight
+        consumer.ack(got)
+
+    def test_fetch_again_while_earlier_messages_are_unacked(
+        self, transport: QueueTransport
+    ) -> None:
+        transport.send(QueueName.INPUT, self.msg("a", group="s1"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        first = self.fetch_one(consumer)
+        transport.send(QueueName.INPUT, self.msg("b", group="s2"))
+        second = self.fetch_one(consumer)
+        assert (first.body, second.body) == ("a", "b")
+
+    def test_ack_from_another_thread_during_a_blocked_fetch(
+        self, transport: QueueTransport
+    ) -> None:
+        for body in ("x1", "x2"):
+            transport.send(QueueName.INPUT, self.msg(body, group="s1"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        first = self.fetch_one(consumer)
+        acker = threading.Timer(0.2, consumer.ack, (first,))
+        acker.start()
+        try:
+            second = self.fetch_one(consumer)
+        finally:
+            acker.join(5)
+        assert second.body == "x2"
+
+    # -- dedup -----------------------------------------------------------------------------
+
+    def test_dedup_drops_a_duplicate_inside_the_window(self, transport: QueueTransport) -> None:
+        transport.send(QueueName.INPUT, self.msg("one", dedup="same"))
+        transport.send(QueueName.INPUT, self.msg("two", dedup="same"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        got = self.fetch_one(consumer)
+        assert got.body == "one"
+        consumer.ack(got)
+        self.assert_empty(consumer)
+
+    def test_dedup_accepts_the_id_after_the_window(self, transport: QueueTransport) -> None:
+        if not self.dedup_expiry:
+            pytest.skip("transport declares a fixed dedup window")
+        transport.send(QueueName.INPUT, self.msg("one", dedup="again"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        consumer.ack(self.fetch_one(consumer))
+        self.advance(self.dedup_window + 0.5)
+        transport.send(QueueName.INPUT, self.msg("two", dedup="again"))
+        assert self.fetch_one(consumer).body == "two"
+
+    # -- lifecycle and concurrency -----------------------------------------------------------
+
+    def test_close_releases_the_consumer(self, transport: QueueTransport) -> None:
+        consumer = transport.create_consumer(QueueName.INPUT)
+        before = self.open_consumers(transport, QueueName.INPUT)
+        consumer.close()
+        consumer.close()  # idempotent
+        after = self.open_consumers(transport, QueueName.INPUT)
+        if before is not None:
+            assert (before, after) == (1, 0)
+        with pytest.raises(TransportError):
+            consumer.fetch(1, 0.01)
+
+    def test_concurrent_producers_and_consumers_lose_nothing(
+        self, transport: QueueTransport
+    ) -> None:
+        groups, per_group = 6, 15
+        received: dict[str, list[int]] = defaultdict(list)
+        lock = threading.Lock()
+        done = threading.Event()
+
+        def produce(group: str) -> None:
+            for i in range(per_group):
+                transport.send(QueueName.INPUT, self.msg(str(i), group=group))
+
+        def consume() -> None:
+            consumer = self.consumer(transport, QueueName.INPUT)
+            while not done.is_set():
+                for m in consumer.fetch(4, 0.2):
+                    with lock:
+                        received[m.group_id or ""].append(int(m.body))
+                        if sum(map(len, received.values())) == groups * per_group:
+                            done.set()
+                    consumer.ack(m)
+
+        threads = [threading.Thread(target=produce, args=(f"g{i}",)) for i in range(groups)]
+        threads += [threading.Thread(target=consume) for _ in range(3)]
+        for t in threads:
+            t.start()
+        done.wait(self.fetch_wait * 6)
+        done.set()
+        for t in threads:
+            t.join(10)
+        assert {g: seq for g, seq in received.items()} == {
+            f"g{i}": list(range(per_group)) for i in range(groups)
+        }

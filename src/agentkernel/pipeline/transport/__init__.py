@@ -1,0 +1,1 @@
+"""Queue transports: one broker per module, all behind :mod:`.base`."""

@@ -1,0 +1,170 @@
+"""The transport contract: what a queue broker must do for the pipeline.
+
+A :class:`QueueTransport` sends messages and creates consumers; a :class:`TransportConsumer`
+fetches, acknowledges and releases them. Every transport gives the same six guarantees
+(per-group FIFO with one message in flight per group, bounded redelivery with an exact
+``receive_count``, publish-time dedup, byte-identical attributes, batch fetch with a bounded
+wait, INPUT/OUTPUT isolation) or declares on its contract test which one its broker cannot give.
+"""
+
+from __future__ import annotations
+
+import logging
+from abc import ABC, abstractmethod
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+from agentkernel.core.config import AKConfig, QueuesConfig
+from agentkernel.core.errors import AKConfigError
+from agentkernel.core.extras import require_extra, resolve_dotted
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+
+logger = logging.getLogger(__name__)
+
+
+class TransportConsumer(ABC):
+    """Receives messages from one queue; one instance per consumer thread.
+
+    ``fetch`` is only ever called by the owning thread, but ``ack``, ``nack``, ``dead_letter`` and
+    ``extend_lease`` may be called from other threads while a fetch is blocked (a runner keeps
+    many turns in flight and settles each one as it finishes), so they must be thread-safe.
+    Fetching again while earlier messages are still unacknowledged is always allowed.
+    """
+
+    #: Longest wait a single fetch should be asked for, in seconds. ``None`` lets the
+    #: ConsumerLoop slice waits to about a second so it notices shutdown quickly; a broker that
+    #: bills every receive call (SQS) declares a longer slice.
+    fetch_wait_slice_seconds: ClassVar[float | None] = None
+
+    @abstractmethod
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        """Return up to ``batch_size`` messages, waiting at most ``wait_seconds`` for the first.
+
+        Returns fewer (possibly none) rather than blocking past the wait.
+        """
+
+    @abstractmethod
+    def ack(self, message: QueueMessage) -> None:
+        """Remove the message for good (processed, or handled as a permanent failure)."""
+
+    def nack(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
+        """Give the message back for redelivery; default: let the lease run out."""
+
+    def dead_letter(self, message: QueueMessage) -> None:
+        """Final disposition after the permanent-failure hook ran; default: ``ack``."""
+        self.ack(message)
+
+    @property
+    def lease_seconds(self) -> float | None:
+        """Seconds a fetched message stays invisible, or ``None`` when leases do not expire."""
+        return None
+
+    def extend_lease(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
+        """Restart the message's lease (visibility timeout, ack wait) while work goes on."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release broker resources (subscriptions, group membership, threads). Idempotent."""
+
+
+class QueueTransport(ABC):
+    """The send side of a broker, shared by all threads of a process (``send`` is thread-safe)."""
+
+    @abstractmethod
+    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        """Publish ``message`` on ``queue``.
+
+        Returns:
+            the broker's message id, or ``None`` when the message was dropped as a duplicate.
+
+        Raises:
+            MessageRejectedError: the message breaks a broker limit; nothing was sent.
+            TransportError: the broker did not accept the message.
+        """
+
+    def create_consumer(self, queue: QueueName) -> TransportConsumer:
+        """Create a consumer of ``queue`` for one consumer thread."""
+        raise NotImplementedError(f"{type(self).__name__} cannot consume")
+
+    def check_consumer_capacity(self, queue: QueueName, num_consumers: int) -> None:  # noqa: B027
+        """Warn (never raise) when the broker cannot serve ``num_consumers`` in parallel."""
+
+    def ping(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``TransportError`` when the broker is unreachable (used by ``GET /ready``)."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the transport's own connections."""
+
+
+QueuesConfigLike = QueuesConfig | Mapping[str, Any]
+
+
+class QueueTransportFactory:
+    """Build the transport named by ``execution.queues.type`` (or a block of the same shape)."""
+
+    _BUILTIN_TYPES: ClassVar[tuple[str, ...]] = ("in_memory", "sqs", "nats", "kafka")
+
+    @staticmethod
+    def _block(queues_config: QueuesConfigLike | None) -> QueuesConfig:
+        if queues_config is None:
+            return AKConfig.get().execution.queues
+        if isinstance(queues_config, QueuesConfig):
+            return queues_config
+        try:
+            return QueuesConfig.model_validate(dict(queues_config))
+        except ValueError as exc:
+            raise AKConfigError(f"execution.queues: {exc}") from exc
+
+    @classmethod
+    def resolve_type(cls, queues_config: QueuesConfigLike | None = None) -> str:
+        """Return the configured transport type name."""
+        return cls._block(queues_config).type
+
+    @classmethod
+    def create(cls, queues_config: QueuesConfigLike | None = None) -> QueueTransport:
+        """Create the configured transport.
+
+        Raises:
+            AKConfigError: unknown type, missing config block, or a bad dotted path.
+            ImportError: the transport's extra is not installed (names the extra).
+        """
+        block = cls._block(queues_config)
+        kind = block.type
+        if kind == "in_memory":
+            from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+
+            return InMemoryTransport.from_config(block)
+        if kind == "sqs":
+            with require_extra("sqs", "execution.queues.type: sqs"):
+                from agentkernel.pipeline.transport.sqs import SQSTransport
+            return SQSTransport.from_config(block)
+        if kind == "nats":
+            with require_extra("nats", "execution.queues.type: nats"):
+                from agentkernel.pipeline.transport.nats import NatsTransport
+            return NatsTransport.from_config(block)
+        if kind == "kafka":
+            with require_extra("kafka", "execution.queues.type: kafka"):
+                from agentkernel.pipeline.transport.kafka import KafkaTransport
+            return KafkaTransport.from_config(block)
+        if kind in cls._BUILTIN_TYPES or "." not in kind:
+            raise AKConfigError(
+                f"execution.queues.type: unknown transport '{kind}'; use one of "
+                f"{', '.join(cls._BUILTIN_TYPES)} or a dotted path to a QueueTransport subclass"
+            )
+        return resolve_dotted(kind, QueueTransport, "execution.queues.type")()
+
+    @classmethod
+    def create_consumer(
+        cls, queue: QueueName, queues_config: QueuesConfigLike | None = None
+    ) -> TransportConsumer:
+        """Shortcut for ``create(queues_config).create_consumer(queue)``."""
+        return cls.create(queues_config).create_consumer(queue)
+
+
+def require_block(block: QueuesConfig, name: str) -> Any:
+    """Return ``execution.queues.<name>`` or fail with an error naming the missing block."""
+    value = getattr(block, name)
+    if value is None:
+        raise AKConfigError(
+            f"execution.queues.{name}: block is required when execution.queues.type is '{name}'"
+        )
+    return value

@@ -1,0 +1,293 @@
+"""The in-process transport: the pipeline's delivery semantics with no broker.
+
+Each queue keeps a FIFO of pending messages per group and lets at most one message per group be
+in flight. A fetched message carries a lease token; when its lease (``ack_wait``) runs out it goes
+back to the head of its group with ``receive_count + 1`` and the old token stops working, so a late
+ack or nack from the previous holder is a harmless no-op (as a stale SQS receipt handle is).
+Nothing is durable: messages live only as long as the process.
+
+Time comes from a clock callable so tests can move it (:class:`ManualClock`) instead of sleeping.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+import uuid
+from collections import deque
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import ClassVar
+
+from agentkernel.core.config import InMemoryQueueConfig, QueuesConfig
+from agentkernel.core.errors import TransportClosedError
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+
+Clock = Callable[[], float]
+
+
+class ManualClock:
+    """A clock that only moves when told to; for tests of leases and dedup windows."""
+
+    def __init__(self, start: float = 1000.0) -> None:
+        self._now = start
+        self._lock = threading.Lock()
+
+    def __call__(self) -> float:
+        with self._lock:
+            return self._now
+
+    def advance(self, seconds: float) -> None:
+        """Move the clock forward by ``seconds``."""
+        with self._lock:
+            self._now += seconds
+
+
+@dataclass
+class _Entry:
+    message: QueueMessage
+    deliveries: int = 0
+
+
+@dataclass
+class _Lease:
+    entry: _Entry
+    token: int
+    deadline: float
+
+
+@dataclass(frozen=True)
+class _Handle:
+    queue: _Queue
+    group: str
+    token: int
+
+
+@dataclass
+class _Queue:
+    """One queue's state. Guarded by the owning broker's condition."""
+
+    pending: dict[str, deque[_Entry]] = field(default_factory=dict)
+    ready: deque[str] = field(default_factory=deque)
+    leased: dict[str, _Lease] = field(default_factory=dict)
+    dedup: dict[str, float] = field(default_factory=dict)
+    consumers: int = 0
+
+    def push(self, group: str, entry: _Entry, *, head: bool = False) -> None:
+        bucket = self.pending.setdefault(group, deque())
+        was_empty = not bucket
+        (bucket.appendleft if head else bucket.append)(entry)
+        if was_empty and group not in self.leased:
+            (self.ready.appendleft if head else self.ready.append)(group)
+
+    def release(self, group: str) -> None:
+        """The group's in-flight message is gone; let its next message be fetched."""
+        del self.leased[group]
+        if self.pending.get(group):
+            self.ready.append(group)
+        else:
+            self.pending.pop(group, None)
+
+
+class _Broker:
+    """All queues of one in-memory 'server', behind one condition variable."""
+
+    def __init__(self, ack_wait: float, dedup_window: float, clock: Clock) -> None:
+        self.ack_wait = ack_wait
+        self.dedup_window = dedup_window
+        self.clock = clock
+        self.cond = threading.Condition()
+        self.queues = {name: _Queue() for name in QueueName}
+        self._tokens = itertools.count(1)
+
+    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        with self.cond:
+            q = self.queues[queue]
+            now = self.clock()
+            if message.dedup_id is not None and self._is_duplicate(q, message.dedup_id, now):
+                return None
+            stored = message.model_copy(
+                update={
+                    "attributes": dict(message.attributes),
+                    "message_id": uuid.uuid4().hex,
+                    "receive_count": 1,
+                    "native": None,
+                }
+            )
+            group = message.group_id if message.group_id is not None else f"\0{stored.message_id}"
+            q.push(group, _Entry(stored))
+            self.cond.notify_all()
+            return stored.message_id
+
+    def _is_duplicate(self, q: _Queue, dedup_id: str, now: float) -> bool:
+        expires = q.dedup.get(dedup_id)
+        if expires is not None and expires > now:
+            return True
+        if len(q.dedup) > 1024:  # prune expired ids now and then, not on every send
+            for key in [k for k, exp in q.dedup.items() if exp <= now]:
+                del q.dedup[key]
+        q.dedup[dedup_id] = now + self.dedup_window
+        return False
+
+    def fetch(self, queue: QueueName, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        give_up = time.monotonic() + max(wait_seconds, 0.0)
+        with self.cond:
+            q = self.queues[queue]
+            while True:
+                self._expire_leases(q)
+                if q.ready:
+                    return [self._lease(q) for _ in range(min(batch_size, len(q.ready)))]
+                remaining = give_up - time.monotonic()
+                if remaining <= 0:
+                    return []
+                self.cond.wait(min(remaining, self._until_next_expiry(q)))
+
+    def _until_next_expiry(self, q: _Queue) -> float:
+        if not q.leased:
+            return 3600.0
+        soonest = min(lease.deadline for lease in q.leased.values())
+        return max(soonest - self.clock(), 0.001)
+
+    def _expire_leases(self, q: _Queue) -> None:
+        now = self.clock()
+        for group, lease in list(q.leased.items()):
+            if lease.deadline <= now:
+                q.release(group)
+                q.push(group, lease.entry, head=True)
+
+    def _lease(self, q: _Queue) -> QueueMessage:
+        group = q.ready.popleft()
+        entry = q.pending[group].popleft()
+        entry.deliveries += 1
+        token = next(self._tokens)
+        q.leased[group] = _Lease(entry, token, self.clock() + self.ack_wait)
+        message = entry.message
+        return message.model_copy(
+            update={
+                "attributes": dict(message.attributes),
+                "receive_count": entry.deliveries,
+                "native": _Handle(q, group, token),
+            }
+        )
+
+    def settle(self, message: QueueMessage, *, requeue: bool) -> None:
+        handle = message.native
+        if not isinstance(handle, _Handle):
+            raise ValueError("message was not fetched from an in-memory transport")
+        with self.cond:
+            lease = handle.queue.leased.get(handle.group)
+            if lease is None or lease.token != handle.token:
+                return  # stale handle: the lease expired and the message was handed out again
+            handle.queue.release(handle.group)
+            if requeue:
+                handle.queue.push(handle.group, lease.entry, head=True)
+            self.cond.notify_all()
+
+    def extend(self, message: QueueMessage) -> None:
+        handle = message.native
+        if not isinstance(handle, _Handle):
+            return
+        with self.cond:
+            lease = handle.queue.leased.get(handle.group)
+            if lease is not None and lease.token == handle.token:
+                lease.deadline = self.clock() + self.ack_wait
+
+
+class InMemoryTransport(QueueTransport):
+    """A thread-safe in-process broker with the full delivery semantics.
+
+    Args:
+        ack_wait: seconds a fetched message stays invisible before it is redelivered.
+        dedup_window: seconds during which a repeated ``dedup_id`` is dropped at send.
+        clock: monotonic time source in seconds (tests pass a :class:`ManualClock`).
+
+    Each instance is its own broker. :meth:`shared` returns a transport over the process-wide
+    broker that the factory hands to every component of the embedded topology.
+    """
+
+    _shared: ClassVar[_Broker | None] = None
+    _shared_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(
+        self,
+        ack_wait: float = 300.0,
+        dedup_window: float = 300.0,
+        clock: Clock = time.monotonic,
+        *,
+        _broker: _Broker | None = None,
+    ) -> None:
+        self._broker = _broker or _Broker(ack_wait, dedup_window, clock)
+
+    @classmethod
+    def from_config(cls, block: QueuesConfig) -> InMemoryTransport:
+        """The process-wide transport, tuned by ``execution.queues.in_memory``."""
+        tuning = block.in_memory or InMemoryQueueConfig()
+        return cls.shared(tuning.ack_wait, tuning.dedup_window)
+
+    @classmethod
+    def shared(cls, ack_wait: float = 300.0, dedup_window: float = 300.0) -> InMemoryTransport:
+        """A transport over the process-wide broker (created on first use with these settings)."""
+        with cls._shared_lock:
+            if cls._shared is None:
+                cls._shared = _Broker(ack_wait, dedup_window, time.monotonic)
+            return cls(_broker=cls._shared)
+
+    @classmethod
+    def reset(cls) -> None:
+        """Drop the process-wide broker and everything queued on it (tests)."""
+        with cls._shared_lock:
+            cls._shared = None
+
+    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        return self._broker.send(QueueName(queue), message)
+
+    def create_consumer(self, queue: QueueName) -> InMemoryConsumer:
+        return InMemoryConsumer(self._broker, QueueName(queue))
+
+    def open_consumers(self, queue: QueueName) -> int:
+        """How many consumers of ``queue`` are open (lets tests check ``close()``)."""
+        with self._broker.cond:
+            return self._broker.queues[queue].consumers
+
+    def depth(self, queue: QueueName) -> int:
+        """Messages waiting on ``queue``, not counting those in flight."""
+        with self._broker.cond:
+            return sum(len(bucket) for bucket in self._broker.queues[queue].pending.values())
+
+
+class InMemoryConsumer(TransportConsumer):
+    """A consumer of one in-memory queue."""
+
+    def __init__(self, broker: _Broker, queue: QueueName) -> None:
+        self._broker = broker
+        self._queue = queue
+        self._closed = False
+        with broker.cond:
+            broker.queues[queue].consumers += 1
+
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        if self._closed:
+            raise TransportClosedError(f"consumer of {self._queue} is closed")
+        return self._broker.fetch(self._queue, batch_size, wait_seconds)
+
+    def ack(self, message: QueueMessage) -> None:
+        self._broker.settle(message, requeue=False)
+
+    def nack(self, message: QueueMessage) -> None:
+        self._broker.settle(message, requeue=True)
+
+    @property
+    def lease_seconds(self) -> float:
+        return self._broker.ack_wait
+
+    def extend_lease(self, message: QueueMessage) -> None:
+        self._broker.extend(message)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        with self._broker.cond:
+            self._broker.queues[self._queue].consumers -= 1

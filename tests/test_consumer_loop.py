@@ -1,0 +1,232 @@
+"""ConsumerLoop semantics over the in-memory transport."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+from collections import defaultdict
+
+import pytest
+
+from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+
+
+def send(transport: InMemoryTransport, body: str, group: str = "g") -> None:
+    transport.send(QueueName.INPUT, QueueMessage(body=body, group_id=group))
+
+
+class Runner:
+    """Runs a loop on a thread and stops it when the test is done."""
+
+    def __init__(self, loop: ConsumerLoop) -> None:
+        self.loop = loop
+        self.thread = threading.Thread(target=loop.run, daemon=True)
+
+    def __enter__(self) -> ConsumerLoop:
+        self.thread.start()
+        return self.loop
+
+    def __exit__(self, *exc: object) -> None:
+        self.loop.stop()
+        self.thread.join(10)
+        assert not self.thread.is_alive(), "consumer loop did not stop"
+
+
+def make_loop(transport: InMemoryTransport, process, hook=lambda m: None, **kw) -> ConsumerLoop:
+    kw.setdefault("wait_seconds", 0.2)
+    return ConsumerLoop(
+        process=process,
+        on_permanent_failure=hook,
+        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
+        exit_on_shutdown=False,
+        queue=QueueName.INPUT,
+        **kw,
+    )
+
+
+def wait_until(predicate, timeout: float = 5.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        assert time.monotonic() < deadline, "condition not met in time"
+        time.sleep(0.01)
+
+
+def test_processes_and_acks() -> None:
+    transport = InMemoryTransport()
+    seen: list[str] = []
+    send(transport, "hello")
+    with Runner(make_loop(transport, lambda m: seen.append(m.body))):
+        wait_until(lambda: seen == ["hello"])
+    assert transport.create_consumer(QueueName.INPUT).fetch(1, 0.05) == []
+
+
+def test_a_raising_process_is_retried_then_sent_to_the_hook() -> None:
+    transport = InMemoryTransport()
+    deliveries: list[int] = []
+    failed: list[int] = []
+
+    def process(m: QueueMessage) -> None:
+        deliveries.append(m.receive_count)
+        raise RuntimeError("boom")
+
+    send(transport, "poison")
+    with Runner(make_loop(transport, process, lambda m: failed.append(m.receive_count))):
+        wait_until(lambda: failed == [4])
+    assert deliveries == [1, 2, 3]
+    assert transport.depth(QueueName.INPUT) == 0
+    assert transport.create_consumer(QueueName.INPUT).fetch(1, 0.05) == []
+
+
+def test_a_raising_hook_leaves_the_message_queued() -> None:
+    transport = InMemoryTransport()
+    calls: list[int] = []
+
+    def hook(m: QueueMessage) -> None:
+        calls.append(m.receive_count)
+        if len(calls) == 1:
+            raise RuntimeError("store down")
+
+    send(transport, "poison")
+    loop = make_loop(transport, lambda m: 1 / 0, hook, max_receive_count=1)
+    with Runner(loop):
+        wait_until(lambda: len(calls) == 2)
+    assert calls == [2, 3]
+
+
+def test_async_process_keeps_many_messages_in_flight_on_one_thread() -> None:
+    transport = InMemoryTransport()
+    active = 0
+    peak = 0
+    done: list[str] = []
+
+    async def process(m: QueueMessage) -> None:
+        nonlocal active, peak
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.3)
+        active -= 1
+        done.append(m.body)
+
+    for i in range(60):
+        send(transport, str(i), group=f"s{i}")
+    started = time.monotonic()
+    with Runner(make_loop(transport, process, num_consumers=1, batch_size=10, max_in_flight=100)):
+        wait_until(lambda: len(done) == 60)
+    assert time.monotonic() - started < 3.0
+    assert peak >= 50
+
+
+def test_max_in_flight_is_a_ceiling() -> None:
+    transport = InMemoryTransport()
+    active = 0
+    peak = 0
+    done = 0
+
+    async def process(m: QueueMessage) -> None:
+        nonlocal active, peak, done
+        active += 1
+        peak = max(peak, active)
+        await asyncio.sleep(0.05)
+        active -= 1
+        done += 1
+
+    for i in range(40):
+        send(transport, str(i), group=f"s{i}")
+    with Runner(make_loop(transport, process, num_consumers=3, batch_size=5, max_in_flight=7)):
+        wait_until(lambda: done == 40)
+    assert 1 < peak <= 7
+
+
+def test_per_group_order_is_exact_with_many_in_flight() -> None:
+    transport = InMemoryTransport()
+    seen: dict[str, list[int]] = defaultdict(list)
+
+    async def process(m: QueueMessage) -> None:
+        await asyncio.sleep(0.001 * (hash(m.body) % 5))
+        seen[m.group_id or ""].append(int(m.body))
+
+    for i in range(30):
+        for group in ("a", "b", "c"):
+            send(transport, str(i), group=group)
+    with Runner(make_loop(transport, process, num_consumers=2, batch_size=4)):
+        wait_until(lambda: sum(map(len, seen.values())) == 90)
+    assert dict(seen) == {g: list(range(30)) for g in ("a", "b", "c")}
+
+
+def test_fetch_errors_back_off_and_retry() -> None:
+    transport = InMemoryTransport()
+    seen: list[str] = []
+    failures = [RuntimeError("broker away")]
+
+    class Flaky(TransportConsumer):
+        def __init__(self) -> None:
+            self.inner = transport.create_consumer(QueueName.INPUT)
+
+        def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+            if failures:
+                raise failures.pop()
+            return self.inner.fetch(batch_size, wait_seconds)
+
+        def ack(self, message: QueueMessage) -> None:
+            self.inner.ack(message)
+
+    loop = ConsumerLoop(
+        process=lambda m: seen.append(m.body),
+        on_permanent_failure=lambda m: None,
+        consumer_factory=Flaky,
+        wait_seconds=0.2,
+        exit_on_shutdown=False,
+    )
+    loop._error_backoff = 0.2
+    send(transport, "after-error")
+    with Runner(loop):
+        wait_until(lambda: seen == ["after-error"])
+
+
+@pytest.mark.parametrize("is_async", [False, True])
+def test_stop_drains_the_message_in_hand(is_async: bool) -> None:
+    transport = InMemoryTransport()
+    started = threading.Event()
+    finished: list[str] = []
+
+    def work(m: QueueMessage) -> None:
+        started.set()
+        time.sleep(0.5)
+        finished.append(m.body)
+
+    async def awork(m: QueueMessage) -> None:
+        await asyncio.to_thread(work, m)
+
+    send(transport, "in-hand")
+    loop = make_loop(transport, awork if is_async else work)
+    runner = Runner(loop)
+    with runner:
+        assert started.wait(5)
+    assert finished == ["in-hand"]  # __exit__ joined only after the turn completed
+    assert transport.create_consumer(QueueName.INPUT).fetch(1, 0.05) == []
+    assert transport.open_consumers(QueueName.INPUT) == 1  # only the one just created
+
+
+@pytest.mark.parametrize("extend", [True, False])
+def test_lease_extension_prevents_a_second_delivery(extend: bool) -> None:
+    transport = InMemoryTransport(ack_wait=0.3)
+    deliveries: list[int] = []
+
+    async def slow(m: QueueMessage) -> None:
+        deliveries.append(m.receive_count)
+        await asyncio.sleep(1.0)
+
+    send(transport, "long")
+    loop = make_loop(transport, slow, lease_extension=extend, num_consumers=2)
+    with Runner(loop):
+        time.sleep(1.3)
+    assert (deliveries == [1]) is extend
+
+
+def test_invalid_sizes_are_rejected() -> None:
+    with pytest.raises(ValueError):
+        ConsumerLoop(process=print, on_permanent_failure=print, consumer_factory=lambda: None, num_consumers=0)  # type: ignore[arg-type,return-value]
