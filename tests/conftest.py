@@ -12,7 +12,9 @@ from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 
 
 @pytest.fixture(autouse=True)
-def _clean_process_state(monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> Iterator[None]:
+def _clean_process_state(
+    monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[None]:
     # A config.yaml in the working directory or AK_ variables of the caller must not leak in.
     monkeypatch.chdir(tmp_path_factory.mktemp("cwd"))
     ThreadRunner.reset()

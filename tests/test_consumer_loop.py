@@ -229,4 +229,9 @@ def test_lease_extension_prevents_a_second_delivery(extend: bool) -> None:
 
 def test_invalid_sizes_are_rejected() -> None:
     with pytest.raises(ValueError):
-        ConsumerLoop(process=print, on_permanent_failure=print, consumer_factory=lambda: None, num_consumers=0)  # type: ignore[arg-type,return-value]
+        ConsumerLoop(
+            process=print,
+            on_permanent_failure=print,
+            consumer_factory=lambda: None,
+            num_consumers=0,
+        )  # type: ignore[arg-type,return-value]

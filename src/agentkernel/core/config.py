@@ -13,6 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+import yaml
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic_settings import (
     BaseSettings,
@@ -48,6 +49,22 @@ class QueueSettings(_Block):
     )
     no_of_consumers: int = Field(
         5, ge=1, description="Consumer threads per process polling this queue."
+    )
+
+
+class InputQueueSettings(QueueSettings):
+    """``execution.queues.input``: the queue of chat turns, consumed by Agent Runners."""
+
+    no_of_consumers: int = Field(
+        5, ge=1, description="Agent Runner consumer threads per process polling INPUT."
+    )
+
+
+class OutputQueueSettings(QueueSettings):
+    """``execution.queues.output``: the queue of replies, consumed by the IO process."""
+
+    no_of_consumers: int = Field(
+        2, ge=1, description="Response-handler consumer threads per IO process polling OUTPUT."
     )
 
 
@@ -152,12 +169,11 @@ class QueuesConfig(_Block):
         description="Transport: in_memory, sqs, nats, kafka, or a dotted path to a "
         "QueueTransport subclass.",
     )
-    input: QueueSettings = Field(
-        default_factory=QueueSettings, description="The INPUT queue (chat turns)."
+    input: InputQueueSettings = Field(
+        default_factory=InputQueueSettings, description="The INPUT queue (chat turns)."
     )
-    output: QueueSettings = Field(
-        default_factory=lambda: QueueSettings(no_of_consumers=2),
-        description="The OUTPUT queue (replies and stream chunks).",
+    output: OutputQueueSettings = Field(
+        default_factory=OutputQueueSettings, description="The OUTPUT queue (replies)."
     )
     batch_size: int | None = Field(
         None, ge=1, le=10, description="Messages per fetch on both queues; unset means 1."
@@ -302,7 +318,7 @@ class AKConfig(BaseSettings):
             return cls()
         except ValidationError as exc:
             raise AKConfigError(_describe(exc)) from exc
-        except (ValueError, OSError) as exc:  # unreadable YAML, a non-mapping file, ...
+        except (ValueError, OSError, yaml.YAMLError) as exc:  # unreadable or non-mapping YAML
             raise AKConfigError(f"{yaml_path}: cannot read configuration: {exc}") from exc
         finally:
             cls._yaml_path = None

@@ -5,11 +5,9 @@ from __future__ import annotations
 import importlib
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import TypeVar
+from typing import Any
 
 from agentkernel.core.errors import AKConfigError
-
-T = TypeVar("T")
 
 
 @contextmanager
@@ -31,7 +29,7 @@ def require_extra(extra: str, feature: str) -> Iterator[None]:
         ) from exc
 
 
-def resolve_dotted(path: str, base: type[T], key: str) -> type[T]:
+def resolve_dotted(path: str, base: type, key: str) -> Any:
     """Import ``package.module.Name`` (or ``package.module:Name``) and check it subclasses base.
 
     Args:

@@ -22,6 +22,7 @@ from typing import Any
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.event_loop import LoopThread
 from agentkernel.pipeline.lease import LeaseKeeper
+from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.base import TransportConsumer
 
@@ -103,6 +104,8 @@ class ConsumerLoop:
         lease_extension: extend a message's lease while it is being handled.
         queue: the queue's name, for logs and thread names.
         exit_on_shutdown: passed to :meth:`ThreadRunner.run` by :meth:`run`.
+        stop_on_shutdown: stop when :attr:`ThreadRunner.shutdown_event` is set; ``False`` leaves
+            stopping to :meth:`stop` (a loop that must drain after another one).
     """
 
     def __init__(
@@ -119,6 +122,7 @@ class ConsumerLoop:
         lease_extension: bool = True,
         queue: QueueName | str = "queue",
         exit_on_shutdown: bool = True,
+        stop_on_shutdown: bool = True,
     ) -> None:
         if num_consumers < 1 or batch_size < 1 or max_in_flight < 1:
             raise ValueError("num_consumers, batch_size and max_in_flight must be at least 1")
@@ -131,6 +135,8 @@ class ConsumerLoop:
         self._wait_seconds = wait_seconds
         self._queue = str(queue)
         self._exit_on_shutdown = exit_on_shutdown
+        self._stop_on_shutdown = stop_on_shutdown
+        self._idle = threading.Event()
         self._async = is_async_callable(process)
         self._slots = _Slots(max_in_flight if self._async else num_consumers * batch_size)
         self._stop = threading.Event()
@@ -163,7 +169,14 @@ class ConsumerLoop:
         self._stop.set()
 
     def stopping(self) -> bool:
-        return self._stop.is_set() or ThreadRunner.shutdown_event.is_set()
+        """Whether the consumer threads should stop fetching."""
+        if self._stop.is_set():
+            return True
+        return self._stop_on_shutdown and ThreadRunner.shutdown_event.is_set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Wait until every consumer thread of this loop has finished."""
+        return self._idle.wait(timeout)
 
     # -- one consumer thread ---------------------------------------------------------------
 
@@ -171,6 +184,7 @@ class ConsumerLoop:
         """Body of one consumer thread: fetch, hand out, and drain on shutdown."""
         with self._running_lock:
             self._running += 1
+            self._idle.clear()
         consumer = self._consumer_factory()
         tracker = _Tracker()
         wait = min(self._wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
@@ -182,7 +196,9 @@ class ConsumerLoop:
             consumer.close()
             self._thread_finished()
 
-    def _fetch_and_dispatch(self, consumer: TransportConsumer, tracker: _Tracker, wait: float) -> None:
+    def _fetch_and_dispatch(
+        self, consumer: TransportConsumer, tracker: _Tracker, wait: float
+    ) -> None:
         room = self._slots.take(self._batch_size, wait)
         if not room:
             return
@@ -190,7 +206,9 @@ class ConsumerLoop:
             messages = consumer.fetch(room, wait)
         except Exception:
             self._slots.give(room)
-            logger.exception("fetch from %s failed; retrying in %ss", self._queue, self._error_backoff)
+            logger.exception(
+                "fetch from %s failed; retrying in %ss", self._queue, self._error_backoff
+            )
             self._stop.wait(self._error_backoff)
             return
         self._slots.give(room - len(messages))
@@ -218,10 +236,18 @@ class ConsumerLoop:
                 self._leases.stop()
             if self._loop is not None:
                 self._loop.stop()
+            self._idle.set()
 
     # -- one message -------------------------------------------------------------------------
 
+    def _count(self, message: QueueMessage) -> None:
+        if message.receive_count > 1:
+            METRICS.inc("agentkernel_redeliveries_total", queue=self._queue)
+        if message.receive_count > self._max_receive_count:
+            METRICS.inc("agentkernel_permanent_failures_total", queue=self._queue)
+
     def _handle(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        self._count(message)
         self._track(consumer, message)
         try:
             if message.receive_count > self._max_receive_count:
@@ -238,6 +264,7 @@ class ConsumerLoop:
             self._safe_nack(consumer, message)
 
     async def _handle_async(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        self._count(message)
         self._track(consumer, message)
         try:
             if message.receive_count > self._max_receive_count:
@@ -262,7 +289,7 @@ class ConsumerLoop:
     @staticmethod
     async def _acall(fn: Handler, message: QueueMessage) -> None:
         if is_async_callable(fn):
-            await fn(message)  # type: ignore[misc]
+            await fn(message)
         else:
             await asyncio.to_thread(fn, message)
 

@@ -9,6 +9,7 @@ same way and exit with status 0.
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import queue
@@ -27,10 +28,8 @@ def hard_exit(code: int) -> None:
     """Flush logs and standard streams, then end the process without running cleanups."""
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):  # closed or broken stream
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)
 
 
@@ -107,7 +106,7 @@ class ThreadRunner:
         try:
             fn = task.execution_function
             result = fn() if task.item is None else fn(task.item)
-        except BaseException as exc:  # noqa: BLE001 - every failure must reach the policy
+        except BaseException as exc:
             cls._on_failure(task, exc)
         finally:
             reports.put((task, result))

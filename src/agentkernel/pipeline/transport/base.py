@@ -150,7 +150,8 @@ class QueueTransportFactory:
                 f"execution.queues.type: unknown transport '{kind}'; use one of "
                 f"{', '.join(cls._BUILTIN_TYPES)} or a dotted path to a QueueTransport subclass"
             )
-        return resolve_dotted(kind, QueueTransport, "execution.queues.type")()
+        transport: QueueTransport = resolve_dotted(kind, QueueTransport, "execution.queues.type")()
+        return transport
 
     @classmethod
     def create_consumer(

@@ -1,0 +1,160 @@
+"""The ``agentkernel`` command: wires configuration, agents and entry points together.
+
+    agentkernel serve AGENTS      API + runner + output consumers in one process (embedded)
+    agentkernel io                API + output consumers (the containerized IO process)
+    agentkernel runner AGENTS     Agent Runner only (the containerized runner process)
+    agentkernel chat PROMPT       send a turn to a running server and print the reply
+
+AGENTS is a ``.py`` file or an importable ``module`` / ``module:attr`` that registers agents.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import json
+import logging
+import runpy
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+from agentkernel.core.agent import Agent, Module
+from agentkernel.core.config import AKConfig
+from agentkernel.core.errors import AKConfigError
+
+
+def load_agents(spec: str) -> None:
+    """Import the agents named by ``spec`` (a file path or ``module[:attr]``).
+
+    Raises:
+        AKConfigError: the file or module cannot be loaded.
+    """
+    try:
+        if spec.endswith(".py") or Path(spec).is_file():
+            runpy.run_path(spec, run_name="__agentkernel_agents__")
+            return
+        module_name, _, attr = spec.partition(":")
+        module = importlib.import_module(module_name)
+        if attr:
+            _register(getattr(module, attr))
+    except (OSError, ImportError, AttributeError, SyntaxError) as exc:
+        raise AKConfigError(f"cannot load agents from {spec!r}: {exc}") from exc
+
+
+def _register(obj: Any) -> None:
+    if isinstance(obj, Agent):
+        Module([obj])
+    elif isinstance(obj, (list, tuple)) and all(isinstance(a, Agent) for a in obj):
+        Module(obj)
+    elif not isinstance(obj, Module):
+        raise AttributeError(f"{obj!r} is not an Agent, a list of agents or a Module")
+
+
+def _configure(args: argparse.Namespace) -> None:
+    config = AKConfig.load(getattr(args, "config", None))
+    api = config.api.model_copy(
+        update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+    )
+    AKConfig.set(config.model_copy(update={"api": api}))
+
+
+def _serve(args: argparse.Namespace, with_runner: bool) -> None:
+    from agentkernel.pipeline.io_handler import IOHandler
+
+    _configure(args)
+    if with_runner:
+        load_agents(args.agents)
+    IOHandler.run(with_runner=with_runner)
+
+
+def _runner(args: argparse.Namespace) -> None:
+    from agentkernel.pipeline.agent_runner import AgentRunner
+
+    AKConfig.set(AKConfig.load(args.config))
+    load_agents(args.agents)
+    AgentRunner.run()
+
+
+def _chat(args: argparse.Namespace) -> int:
+    import httpx
+
+    body = {"session_id": args.session, "prompt": args.prompt}
+    if args.agent:
+        body["agent"] = args.agent
+    headers = {"Prefer": "respond-async"} if args.use_async else {}
+    try:
+        with httpx.Client(base_url=args.url, timeout=args.timeout + 5) as client:
+            response = client.post("/api/v1/chat", json=body, headers=headers)
+            if response.status_code == 202:
+                request_id = response.json()["request_id"]
+                print(f"queued as {request_id}", file=sys.stderr)
+                response = _poll(client, args.session, request_id, args.timeout)
+    except httpx.HTTPError as exc:
+        print(f"agentkernel: cannot reach {args.url}: {exc}", file=sys.stderr)
+        return 1
+    doc = response.json()
+    if response.status_code == 200 and "result" in doc:
+        print(doc["result"])
+        return 0
+    print(f"HTTP {response.status_code}: {json.dumps(doc)}", file=sys.stderr)
+    return 1
+
+
+def _poll(client: Any, session: str, request_id: str, timeout: float) -> Any:
+    deadline = time.monotonic() + timeout
+    while True:
+        response = client.get(f"/api/v1/chat/{session}", params={"request_id": request_id})
+        if response.status_code != 404 or time.monotonic() > deadline:
+            return response
+        time.sleep(0.2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="agentkernel", description=__doc__.split("\n")[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+    for name, help_text in (
+        ("serve", "run the API, the Agent Runner and the output consumers in one process"),
+        ("io", "run the API and the output consumers (IO process)"),
+        ("runner", "run the Agent Runner (consumes INPUT)"),
+    ):
+        cmd = sub.add_parser(name, help=help_text)
+        if name != "io":
+            cmd.add_argument("agents", help="a .py file or module[:attr] that registers agents")
+        if name != "runner":
+            cmd.add_argument("--host", help="interface to listen on (api.host)")
+            cmd.add_argument("--port", type=int, help="port to listen on (api.port)")
+        cmd.add_argument("--config", help="config.yaml to read (default ./config.yaml)")
+    chat = sub.add_parser("chat", help="send one chat turn and print the reply")
+    chat.add_argument("prompt")
+    chat.add_argument("--session", required=True, help="session id")
+    chat.add_argument("--agent", help="agent name")
+    chat.add_argument("--async", dest="use_async", action="store_true", help="enqueue, then poll")
+    chat.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
+    chat.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    logging.basicConfig(
+        level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
+    )
+    logging.getLogger("httpx").setLevel(logging.WARNING)
+    try:
+        if args.command == "chat":
+            return _chat(args)
+        if args.command == "runner":
+            _runner(args)
+        else:
+            _serve(args, with_runner=args.command == "serve")
+    except AKConfigError as exc:
+        print(f"agentkernel: {exc}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

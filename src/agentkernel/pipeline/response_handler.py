@@ -1,0 +1,90 @@
+"""The response handler: OUTPUT queue -> response store.
+
+Each OUTPUT message becomes a :class:`ResponseRecord` keyed by its ``request_id`` attribute, with
+the status from the ``status_code`` attribute. A message that keeps failing to be stored is
+answered with an error record, so a waiting caller is never left hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+
+from agentkernel.core.config import AKConfig, QueuesConfig
+from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, ATTR_STATUS_CODE, QueueMessage, QueueName
+from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.transport.base import QueueTransport
+
+logger = logging.getLogger(__name__)
+
+
+def record_of(message: QueueMessage) -> ResponseRecord:
+    """Decode an OUTPUT message into the record to store.
+
+    Raises:
+        ValueError: the message has no request id or its body is not a JSON object.
+    """
+    request_id = message.attributes.get(ATTR_REQUEST_ID)
+    if not request_id:
+        raise ValueError(f"OUTPUT message {message.message_id} has no request_id attribute")
+    body = json.loads(message.body)
+    if not isinstance(body, dict):
+        raise ValueError(f"OUTPUT message {message.message_id} body is not a JSON object")
+    try:
+        status = int(message.attributes.get(ATTR_STATUS_CODE, "200"))
+    except ValueError:
+        status = 200
+    session_id = str(body.get("session_id") or message.group_id or "")
+    return ResponseRecord(request_id, session_id, status, body)
+
+
+class ResponseHandler(QueueConsumer):
+    """Consumes OUTPUT and writes each reply to the response store.
+
+    Args:
+        transport: carries the OUTPUT queue.
+        store: where replies are written.
+        queues: queue settings; default ``execution.queues``.
+    """
+
+    def __init__(
+        self, transport: QueueTransport, store: ResponseStore, queues: QueuesConfig | None = None
+    ) -> None:
+        self.transport = transport
+        self.store = store
+        self.queues = queues or AKConfig.get().execution.queues
+
+    def consumer_loop(
+        self, exit_on_shutdown: bool = True, stop_on_shutdown: bool = True
+    ) -> ConsumerLoop:
+        """The :class:`ConsumerLoop` that drives this handler."""
+        settings = self.queues.output
+        return ConsumerLoop(
+            process=self.process_message,
+            on_permanent_failure=self.on_permanent_failure,
+            consumer_factory=lambda: self.transport.create_consumer(QueueName.OUTPUT),
+            max_receive_count=settings.max_receive_count,
+            num_consumers=settings.no_of_consumers,
+            batch_size=self.queues.batch_size or 1,
+            queue=QueueName.OUTPUT,
+            exit_on_shutdown=exit_on_shutdown,
+            stop_on_shutdown=stop_on_shutdown,
+        )
+
+    def process_message(self, message: QueueMessage) -> None:
+        self.store.put(record_of(message))
+
+    def on_permanent_failure(self, message: QueueMessage) -> None:
+        request_id = message.attributes.get(ATTR_REQUEST_ID)
+        if not request_id:
+            logger.error("dropping OUTPUT message %s: no request_id", message.message_id)
+            return
+        session_id = message.group_id or ""
+        doc = {
+            "error": "DELIVERY_FAILED",
+            "message": "the reply could not be delivered",
+            "session_id": session_id,
+            "request_id": request_id,
+        }
+        self.store.put(ResponseRecord(request_id, session_id, 500, doc))

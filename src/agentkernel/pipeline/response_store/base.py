@@ -1,0 +1,89 @@
+"""The response store contract: replies keyed by request id, readable until their TTL ends."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from abc import ABC, abstractmethod
+from dataclasses import asdict, dataclass, field
+from typing import Any, ClassVar
+
+
+@dataclass(frozen=True)
+class ResponseRecord:
+    """A stored reply.
+
+    Attributes:
+        request_id: the turn's id (the key).
+        session_id: the session the turn belongs to; reads under another session are refused.
+        status_code: HTTP status the reply maps to (200, or the error's status).
+        body: the reply document.
+        owner: identity that sent the turn, when authentication is on.
+    """
+
+    request_id: str
+    session_id: str
+    status_code: int
+    body: dict[str, Any] = field(default_factory=dict)
+    owner: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> ResponseRecord:
+        data = json.loads(text)
+        return cls(
+            request_id=str(data["request_id"]),
+            session_id=str(data["session_id"]),
+            status_code=int(data.get("status_code", 200)),
+            body=dict(data.get("body") or {}),
+            owner=data.get("owner"),
+        )
+
+
+class ResponseStore(ABC):
+    """Where replies wait to be read. ``put``/``get`` are blocking and thread-safe.
+
+    Args:
+        ttl: seconds a record stays readable after it is written.
+    """
+
+    #: Whether other processes can read what this store holds.
+    shared: ClassVar[bool] = False
+    #: Longest sleep between two reads of :meth:`wait`'s polling fallback, in seconds.
+    max_poll_interval: ClassVar[float] = 0.5
+
+    def __init__(self, ttl: float = 3600.0) -> None:
+        self.ttl = ttl
+
+    @abstractmethod
+    def put(self, record: ResponseRecord) -> None:
+        """Store ``record``, replacing any earlier record of its request id."""
+
+    @abstractmethod
+    def get(self, request_id: str) -> ResponseRecord | None:
+        """The record of ``request_id``, or ``None`` when there is none (yet, or any more)."""
+
+    async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
+        """Wait up to ``timeout`` seconds for the record of ``request_id`` to appear.
+
+        The default polls :meth:`get` with a growing interval (50 ms up to
+        ``max_poll_interval``); stores with a notification channel override it.
+        """
+        deadline = time.monotonic() + timeout
+        interval = 0.05
+        while True:
+            record = await asyncio.to_thread(self.get, request_id)
+            remaining = deadline - time.monotonic()
+            if record is not None or remaining <= 0:
+                return record
+            await asyncio.sleep(min(interval, remaining))
+            interval = min(interval * 2, self.max_poll_interval)
+
+    def ping(self) -> None:  # noqa: B027 - optional hook
+        """Raise ``ResponseStoreError`` when the backend is unreachable."""
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections."""

@@ -1,0 +1,85 @@
+"""Replies in a dict of this process, with waiters woken the moment their reply lands."""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import threading
+import time
+from collections import defaultdict
+
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+
+
+class InMemoryResponseStore(ResponseStore):
+    """A single-process response store (embedded topology).
+
+    A waiting request registers a future; :meth:`put` resolves it on the waiter's event loop,
+    so a sync request learns of its reply without polling. Expired records are dropped on write.
+    """
+
+    def __init__(self, ttl: float = 3600.0) -> None:
+        super().__init__(ttl)
+        self._records: dict[str, tuple[float, ResponseRecord]] = {}
+        self._expiry: list[tuple[float, str]] = []
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
+            defaultdict(list)
+        )
+        self._lock = threading.Lock()
+
+    def put(self, record: ResponseRecord) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._evict(now)
+            expires = now + self.ttl
+            self._records[record.request_id] = (expires, record)
+            heapq.heappush(self._expiry, (expires, record.request_id))
+            waiters = self._waiters.pop(record.request_id, [])
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    def get(self, request_id: str) -> ResponseRecord | None:
+        with self._lock:
+            entry = self._records.get(request_id)
+        if entry is None or entry[0] <= time.monotonic():
+            return None
+        return entry[1]
+
+    async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._waiters[request_id].append((loop, future))
+        try:
+            if self.get(request_id) is None:
+                await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            pass
+        finally:
+            self._forget(request_id, future)
+        return self.get(request_id)
+
+    def _forget(self, request_id: str, future: asyncio.Future[None]) -> None:
+        with self._lock:
+            waiters = self._waiters.get(request_id)
+            if waiters is None:
+                return
+            waiters[:] = [w for w in waiters if w[1] is not future]
+            if not waiters:
+                del self._waiters[request_id]
+
+    def _evict(self, now: float) -> None:
+        while self._expiry and self._expiry[0][0] <= now:
+            expires, request_id = heapq.heappop(self._expiry)
+            entry = self._records.get(request_id)
+            if entry is not None and entry[0] == expires:
+                del self._records[request_id]
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._records)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

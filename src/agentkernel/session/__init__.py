@@ -1,0 +1,32 @@
+"""Session stores: where agents keep per-session state between turns."""
+
+from __future__ import annotations
+
+from agentkernel.core.config import SessionConfig
+from agentkernel.core.errors import AKConfigError
+from agentkernel.core.extras import require_extra, resolve_dotted
+from agentkernel.session.base import SessionStore
+
+__all__ = ["SessionStore", "create_session_store"]
+
+
+def create_session_store(config: SessionConfig) -> SessionStore:
+    """Build the session store named by ``session.type``.
+
+    Raises:
+        AKConfigError: unknown type, missing backend block, or a bad dotted path.
+    """
+    if config.type == "in_memory":
+        from agentkernel.session.in_memory import InMemorySessionStore
+
+        return InMemorySessionStore(ttl=config.ttl)
+    if config.type == "redis":
+        if config.redis is None:
+            raise AKConfigError("session.redis: block is required when session.type is 'redis'")
+        with require_extra("redis", "session.type: redis"):
+            from agentkernel.session.redis import RedisSessionStore
+        return RedisSessionStore(config.redis.url, prefix=config.redis.prefix, ttl=config.ttl)
+    if "." not in config.type:
+        raise AKConfigError(f"session.type: unknown session store '{config.type}'")
+    store: SessionStore = resolve_dotted(config.type, SessionStore, "session.type")()
+    return store

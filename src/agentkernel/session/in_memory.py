@@ -1,0 +1,36 @@
+"""Session state in a dict of this process (embedded topology, tests)."""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from typing import Any
+
+from agentkernel.session.base import SessionStore
+
+
+class InMemorySessionStore(SessionStore):
+    """State kept as JSON text per session, so what an agent stores is checked to be JSON.
+
+    Args:
+        ttl: seconds a session's state lives after its last save.
+    """
+
+    def __init__(self, ttl: float = 604800.0) -> None:
+        self._ttl = ttl
+        self._data: dict[str, tuple[float, str]] = {}
+        self._lock = threading.Lock()
+
+    def load(self, session_id: str) -> dict[str, Any]:
+        with self._lock:
+            entry = self._data.get(session_id)
+        if entry is None or entry[0] <= time.monotonic():
+            return {}
+        state: dict[str, Any] = json.loads(entry[1])
+        return state
+
+    def save(self, session_id: str, state: dict[str, Any]) -> None:
+        text = json.dumps(state)
+        with self._lock:
+            self._data[session_id] = (time.monotonic() + self._ttl, text)

@@ -1,0 +1,112 @@
+"""Malformed, oversized and hostile input gets a clear 4xx and is never enqueued."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+
+from .conftest import Server
+
+
+@pytest.fixture
+def transport() -> InMemoryTransport:
+    return InMemoryTransport()
+
+
+@pytest.fixture
+def guarded(start_server, transport: InMemoryTransport) -> Server:  # type: ignore[no-untyped-def]
+    return start_server(transport=transport, max_body_bytes=4096)
+
+
+def sent(transport: InMemoryTransport) -> int:
+    return transport.depth(QueueName.INPUT)
+
+
+@pytest.mark.parametrize(
+    ("body", "status", "code"),
+    [
+        (b"{not json", 400, "INVALID_JSON"),
+        (b"", 400, "INVALID_JSON"),
+        (b"[1, 2]", 400, "INVALID_JSON"),
+        (b"\xff\xfe\x00", 400, "INVALID_JSON"),
+        (b"[" * 2000 + b"]" * 2000, 400, "INVALID_JSON"),
+        (b'{"prompt": "hi"}', 422, "INVALID_REQUEST"),
+        (b'{"session_id": "s"}', 422, "INVALID_REQUEST"),
+        (b'{"session_id": "s", "prompt": ""}', 422, "INVALID_REQUEST"),
+        (b'{"session_id": 7, "prompt": "hi"}', 422, "INVALID_REQUEST"),
+        (b'{"session_id": "s", "prompt": ["hi"]}', 422, "INVALID_REQUEST"),
+        (b'{"session_id": "bad\\nid", "prompt": "hi"}', 422, "INVALID_REQUEST"),
+        (json.dumps({"session_id": "s" * 300, "prompt": "hi"}).encode(), 422, "INVALID_REQUEST"),
+        (b'{"session_id": "s", "prompt": "hi", "agent": "nobody"}', 404, "AGENT_NOT_FOUND"),
+    ],
+)
+def test_bad_bodies(
+    guarded: Server, transport: InMemoryTransport, body: bytes, status: int, code: str
+) -> None:
+    response = guarded.client.post(
+        "/api/v1/chat", content=body, headers={"content-type": "application/json"}
+    )
+    assert response.status_code == status, response.text
+    assert response.json()["error"] == code
+    assert sent(transport) == 0
+
+
+def test_oversized_body_with_length_is_413(guarded: Server, transport: InMemoryTransport) -> None:
+    body = json.dumps({"session_id": "s", "prompt": "x" * 5000})
+    response = guarded.client.post("/api/v1/chat", content=body)
+    assert (response.status_code, response.json()["error"]) == (413, "BODY_TOO_LARGE")
+    assert sent(transport) == 0
+
+
+def test_oversized_chunked_body_is_413(guarded: Server, transport: InMemoryTransport) -> None:
+    def chunks():  # type: ignore[no-untyped-def]
+        yield b'{"session_id": "s", "prompt": "'
+        for _ in range(10):
+            yield b"x" * 1000
+        yield b'"}'
+
+    response = guarded.client.post("/api/v1/chat", content=chunks())
+    assert response.status_code == 413
+    assert sent(transport) == 0
+
+
+def test_lying_content_length_cannot_sneak_past_the_limit(guarded: Server) -> None:
+    import socket
+
+    host, port = guarded.url.removeprefix("http://").split(":")
+    body = b'{"session_id": "s", "prompt": "' + b"x" * 6000 + b'"}'
+    with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.sendall(b"POST /api/v1/chat HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\n" + body)
+        reply = sock.recv(4096)
+    assert reply.split(b" ")[1] in (b"400", b"413")
+
+
+def test_unicode_prompt_and_extra_fields_reach_the_agent(guarded: Server) -> None:
+    response = guarded.client.post(
+        "/api/v1/chat", json={"session_id": "ü-日本", "prompt": "héllo ✓", "meta": {"k": [1]}}
+    )
+    assert response.status_code == 200
+    assert response.json()["result"] == "héllo ✓ #1"
+
+
+def test_poll_without_request_id_is_400(guarded: Server) -> None:
+    response = guarded.client.get("/api/v1/chat/s")
+    assert (response.status_code, response.json()["error"]) == (400, "INVALID_REQUEST")
+
+
+def test_unknown_request_id_is_404(guarded: Server) -> None:
+    response = guarded.client.get("/api/v1/chat/s", params={"request_id": "nope"})
+    assert response.status_code == 404
+
+
+def test_bad_idempotency_key_is_400(guarded: Server) -> None:
+    response = guarded.client.post(
+        "/api/v1/chat",
+        json={"session_id": "s", "prompt": "p"},
+        headers={"Idempotency-Key": "k" * 300},
+    )
+    assert response.status_code == 400

@@ -1,0 +1,170 @@
+"""The HTTP API over a real uvicorn server and the embedded pipeline."""
+
+from __future__ import annotations
+
+import concurrent.futures
+import time
+
+import httpx
+
+from agentkernel.core.errors import TransportError
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+
+from .conftest import ATTEMPTS, Server, poll
+
+
+def chat(server: Server, session: str, prompt: str, **extra: object) -> httpx.Response:
+    return server.client.post(
+        "/api/v1/chat", json={"session_id": session, "prompt": prompt, **extra}
+    )
+
+
+def test_sync_turn_returns_the_reply(server: Server) -> None:
+    response = chat(server, "s1", "hello", agent="echo")
+    assert response.status_code == 200
+    doc = response.json()
+    assert doc["result"] == "hello #1"
+    assert doc["session_id"] == "s1" and doc["agent"] == "echo" and len(doc["request_id"]) == 32
+
+
+def test_state_carries_across_turns_of_a_session_only(server: Server) -> None:
+    assert chat(server, "a", "one").json()["result"] == "one #1"
+    assert chat(server, "a", "two").json()["result"] == "two #2"
+    assert chat(server, "b", "other").json()["result"] == "other #1"
+
+
+def test_async_turn_is_accepted_then_polled_repeatedly(server: Server) -> None:
+    response = server.client.post(
+        "/api/v1/chat",
+        json={"session_id": "s", "prompt": "p", "agent": "slow", "seconds": 0.4},
+        headers={"Prefer": "respond-async"},
+    )
+    assert response.status_code == 202
+    doc = response.json()
+    assert doc["status"] == "ACCEPTED" and doc["session_id"] == "s"
+    assert response.headers["location"] == f"/api/v1/chat/s?request_id={doc['request_id']}"
+    early = server.client.get("/api/v1/chat/s", params={"request_id": doc["request_id"]})
+    assert early.status_code == 404
+    ready = poll(server.client, "s", doc["request_id"])
+    assert (ready.status_code, ready.json()["result"]) == (200, "slept")
+    again = server.client.get("/api/v1/chat/s", params={"request_id": doc["request_id"]})
+    assert again.json() == ready.json()  # reads are repeatable until the TTL
+
+
+def test_async_mode_from_configuration(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(mode="rest_async")
+    response = chat(server, "s", "hi")
+    assert response.status_code == 202
+    assert poll(server.client, "s", response.json()["request_id"]).json()["result"] == "hi #1"
+
+
+def test_reply_is_never_readable_under_another_session(server: Server) -> None:
+    request_id = chat(server, "owner", "secret").json()["request_id"]
+    other = server.client.get("/api/v1/chat/intruder", params={"request_id": request_id})
+    assert other.status_code == 404
+    assert other.json()["error"] == "NOT_FOUND"
+    assert "secret" not in other.text
+
+
+def test_agent_exception_is_a_readable_500(server: Server) -> None:
+    response = chat(server, "s", "x", agent="broken")
+    assert response.status_code == 500
+    doc = response.json()
+    assert doc["error"] == "AGENT_ERROR"
+    assert doc["message"] == "agent 'broken' failed: ValueError: the model said no"
+    assert "Traceback" not in response.text
+
+
+def test_retryable_failure_ends_in_an_error_reply(server: Server) -> None:
+    response = chat(server, "s", "x", agent="flaky")
+    assert response.status_code == 500
+    doc = response.json()
+    assert doc["error"] == "TURN_FAILED"
+    assert ATTEMPTS[doc["request_id"]] == 2  # max_receive_count is 2 in these tests
+
+
+def test_timeout_answers_504_with_the_request_id_to_poll(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(sync_timeout=0.2)
+    response = chat(server, "s", "x", agent="slow", seconds=0.6)
+    assert response.status_code == 504
+    request_id = response.json()["request_id"]
+    assert poll(server.client, "s", request_id).json()["result"] == "slept"
+
+
+def test_streaming_agent_reply_is_joined_for_rest(server: Server) -> None:
+    assert chat(server, "s", "a b c", agent="words").json()["result"] == "a b c "
+
+
+def test_idempotency_key_returns_the_same_turn(server: Server) -> None:
+    headers = {"Idempotency-Key": "k-1"}
+    body = {"session_id": "idem", "prompt": "once"}
+    first = server.client.post("/api/v1/chat", json=body, headers=headers)
+    second = server.client.post("/api/v1/chat", json=body, headers=headers)
+    assert first.status_code == second.status_code == 200
+    assert first.json() == second.json()
+    assert chat(server, "idem", "next").json()["result"] == "next #2"  # the agent ran once before
+
+
+def test_fifty_rapid_turns_keep_order_while_other_sessions_proceed(server: Server) -> None:
+    ids = []
+    for i in range(50):
+        response = server.client.post(
+            "/api/v1/chat",
+            json={"session_id": "busy", "prompt": str(i)},
+            headers={"Prefer": "respond-async"},
+        )
+        assert response.status_code == 202
+        ids.append(response.json()["request_id"])
+    started = time.monotonic()
+    assert chat(server, "quiet", "hi").json()["result"] == "hi #1"
+    assert time.monotonic() - started < 2.0
+    results = [poll(server.client, "busy", rid).json()["result"] for rid in ids]
+    assert results == [f"{i} #{i + 1}" for i in range(50)]
+
+
+def test_sessions_run_in_parallel(server: Server) -> None:
+    started = time.monotonic()
+    with concurrent.futures.ThreadPoolExecutor(20) as pool:
+        responses = list(
+            pool.map(lambda i: chat(server, f"p{i}", "x", agent="slow", seconds=0.5), range(20))
+        )
+    assert all(r.status_code == 200 for r in responses)
+    assert time.monotonic() - started < 3.0  # 20 x 0.5 s one after another would be 10 s
+
+
+class RefusingTransport(InMemoryTransport):
+    """A broker that is down for INPUT."""
+
+    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        if queue == QueueName.INPUT:
+            raise TransportError("broker unreachable")
+        return super().send(queue, message)
+
+
+def test_enqueue_failure_is_503(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(transport=RefusingTransport())
+    started = time.monotonic()
+    response = chat(server, "s", "x")
+    assert response.status_code == 503
+    assert response.json()["error"] == "QUEUE_UNAVAILABLE"
+    assert time.monotonic() - started < 2.0
+
+
+def test_service_routes(server: Server) -> None:
+    assert server.client.get("/health").json() == {"status": "ok"}
+    ready = server.client.get("/ready")
+    assert (ready.status_code, ready.json()["status"]) == (200, "ready")
+    names = [a["name"] for a in server.client.get("/api/v1/agents").json()["agents"]]
+    assert names == ["echo", "slow", "broken", "flaky", "words"]
+    chat(server, "m", "x")
+    metrics = server.client.get("/metrics")
+    assert metrics.headers["content-type"].startswith("text/plain")
+    assert 'agentkernel_turns_total{agent="echo",status="ok"} 1' in metrics.text
+    assert 'agentkernel_queue_depth{queue="input"} 0' in metrics.text
+    spec = server.client.get("/openapi.json").json()
+    post = spec["paths"]["/api/v1/chat"]["post"]
+    assert {"200", "202", "413", "422", "503", "504"} <= set(post["responses"])
+    assert (
+        "session_id" in post["requestBody"]["content"]["application/json"]["schema"]["properties"]
+    )

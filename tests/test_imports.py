@@ -1,0 +1,28 @@
+"""Importing the core never drags in an optional dependency."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+OPTIONAL = ("boto3", "botocore", "nats", "confluent_kafka", "redis", "agents", "openai")
+CORE_MODULES = (
+    "agentkernel",
+    "agentkernel.core.config",
+    "agentkernel.pipeline",
+    "agentkernel.pipeline.envelope",
+    "agentkernel.pipeline.consumer",
+    "agentkernel.pipeline.thread_runner",
+    "agentkernel.pipeline.transport.base",
+    "agentkernel.pipeline.transport.in_memory",
+)
+
+
+def test_core_modules_import_no_optional_dependency() -> None:
+    code = (
+        "import sys\n"
+        f"for name in {CORE_MODULES!r}: __import__(name)\n"
+        f"print(sorted(m for m in sys.modules if m.split('.')[0] in {OPTIONAL!r}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "[]"
