@@ -24,3 +24,50 @@ def _clean_process_state(
     ThreadRunner.reset()
     InMemoryTransport.reset()
     AKConfig.reset()
+
+
+# -- real servers -------------------------------------------------------------------------------
+
+from tests import servers  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def moto_server() -> Iterator[servers.Moto]:
+    try:
+        moto = servers.Moto()
+    except RuntimeError as exc:
+        servers.unavailable(str(exc))
+    yield moto
+    moto.stop()
+
+
+@pytest.fixture
+def aws(moto_server: servers.Moto, monkeypatch: pytest.MonkeyPatch) -> str:
+    """Point boto3 (in this process and in subprocesses) at the moto server."""
+    for key, value in servers.aws_env(moto_server.url).items():
+        monkeypatch.setenv(key, value)
+    return moto_server.url
+
+
+@pytest.fixture(scope="session")
+def tansu_broker() -> Iterator[servers.Tansu]:
+    try:
+        broker = servers.Tansu()
+    except RuntimeError as exc:
+        servers.unavailable(str(exc))
+    yield broker
+    broker.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_url() -> str:
+    if not servers.port_open(6379):
+        servers.unavailable("no Redis on 127.0.0.1:6379")
+    return "redis://127.0.0.1:6379/0"
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> str:
+    if not servers.port_open(4222):
+        servers.unavailable("no NATS on 127.0.0.1:4222")
+    return "nats://127.0.0.1:4222"

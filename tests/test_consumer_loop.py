@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import itertools
 import threading
 import time
 from collections import defaultdict
@@ -235,3 +236,47 @@ def test_invalid_sizes_are_rejected() -> None:
             consumer_factory=lambda: None,
             num_consumers=0,
         )  # type: ignore[arg-type,return-value]
+
+
+class BatchingConsumer(TransportConsumer):
+    """Hands out all queued messages of a group in one fetch, as SQS FIFO batches may."""
+
+    def __init__(self, messages: list[QueueMessage]) -> None:
+        self.messages = messages
+        self.acked: list[str] = []
+
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        batch, self.messages = self.messages[:batch_size], self.messages[batch_size:]
+        if not batch:
+            time.sleep(min(wait_seconds, 0.05))
+        return batch
+
+    def ack(self, message: QueueMessage) -> None:
+        self.acked.append(message.body)
+
+
+def test_messages_of_one_group_in_one_batch_run_one_by_one() -> None:
+    consumer = BatchingConsumer(
+        [QueueMessage(body=str(i), group_id="g" if i % 2 else "h") for i in range(10)]
+    )
+    spans: dict[str, list[tuple[float, float]]] = defaultdict(list)
+
+    async def process(m: QueueMessage) -> None:
+        start = time.monotonic()
+        await asyncio.sleep(0.05)
+        spans[m.group_id or ""].append((start, time.monotonic()))
+
+    loop = ConsumerLoop(
+        process=process,
+        on_permanent_failure=lambda m: None,
+        consumer_factory=lambda: consumer,
+        batch_size=10,
+        wait_seconds=0.1,
+        exit_on_shutdown=False,
+    )
+    with Runner(loop):
+        wait_until(lambda: len(consumer.acked) == 10)
+    for group in ("g", "h"):
+        runs = spans[group]
+        assert all(b[0] >= a[1] for a, b in itertools.pairwise(runs))
+    assert [b for b in consumer.acked if int(b) % 2] == ["1", "3", "5", "7", "9"]

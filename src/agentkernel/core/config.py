@@ -194,7 +194,11 @@ class RedisStoreConfig(_Block):
 class DynamoDBStoreConfig(_Block):
     """A DynamoDB table used as a response or session store."""
 
-    table_name: str | None = Field(None, description="Table name (partition key 'pk', string).")
+    table_name: str | None = Field(
+        None,
+        description="Table name; its string partition key is request_id (response store) or "
+        "session_id (session store), and expiry_time is its TTL attribute.",
+    )
     region_name: str | None = Field(None, description="AWS region; default from the environment.")
     endpoint_url: str | None = Field(None, description="Override the endpoint (local servers).")
 

@@ -6,6 +6,8 @@ dead-lettered; otherwise it is processed and acknowledged; a failure nacks it so
 redelivers it. An ``async`` process function lets one loop keep up to ``max_in_flight`` messages
 running at once on a private event loop, whatever the number of consumer threads; per-session
 order still holds because the transport releases a group only when its message is acknowledged.
+A fetch may return several messages of one group (SQS FIFO batches do); the loop then handles
+each only after the previous one of its group has been settled.
 """
 
 from __future__ import annotations
@@ -17,6 +19,7 @@ import logging
 import threading
 from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
+from concurrent.futures import Future
 from typing import Any
 
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
@@ -144,6 +147,7 @@ class ConsumerLoop:
         self._loop = LoopThread(f"{self._queue}-turns") if self._async else None
         self._running = 0
         self._running_lock = threading.Lock()
+        self._tails: dict[str, Future[None]] = {}  # last message handed out per group
         self._error_backoff = POLL_ERROR_BACKOFF_SECONDS
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -215,13 +219,32 @@ class ConsumerLoop:
         for message in messages:
             tracker.add()
             if self._loop is not None:
-                future = self._loop.submit(self._handle_async(consumer, message))
-                future.add_done_callback(lambda _f: self._settled(tracker))
+                self._submit(consumer, message, tracker)
             else:
                 try:
                     self._handle(consumer, message)
                 finally:
                     self._settled(tracker)
+
+    def _submit(
+        self, consumer: TransportConsumer, message: QueueMessage, tracker: _Tracker
+    ) -> None:
+        group = message.group_id
+        with self._running_lock:
+            previous = self._tails.get(group) if group is not None else None
+            future = self._loop.submit(  # type: ignore[union-attr]
+                self._handle_async(consumer, message, previous)
+            )
+            if group is not None:
+                self._tails[group] = future
+        future.add_done_callback(lambda f: self._finished(tracker, group, f))
+
+    def _finished(self, tracker: _Tracker, group: str | None, future: Future[None]) -> None:
+        if group is not None:
+            with self._running_lock:
+                if self._tails.get(group) is future:
+                    del self._tails[group]
+        self._settled(tracker)
 
     def _settled(self, tracker: _Tracker) -> None:
         self._slots.give()
@@ -263,9 +286,13 @@ class ConsumerLoop:
             self._log_failure(message)
             self._safe_nack(consumer, message)
 
-    async def _handle_async(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+    async def _handle_async(
+        self, consumer: TransportConsumer, message: QueueMessage, after: Future[None] | None
+    ) -> None:
         self._count(message)
         self._track(consumer, message)
+        if after is not None:
+            await asyncio.wait([asyncio.wrap_future(after)])  # same group: strictly one by one
         try:
             if message.receive_count > self._max_receive_count:
                 await self._acall(self._on_permanent_failure, message)

@@ -10,8 +10,10 @@ pytest collects every case::
             return MyTransport(visibility_timeout=self.ack_wait)
 
 Capability flags declare a guarantee the broker cannot give; set one to ``False`` only with a
-comment saying why. Time-dependent cases call :meth:`advance`, which sleeps by default and which an
-in-process transport may override to move a fake clock instead.
+comment saying why. The cases that check a declared-off capability are removed from that
+subclass's suite (they are not skipped: nothing is silently passed over at run time).
+Time-dependent cases call :meth:`advance`, which sleeps by default and which an in-process
+transport may override to move a fake clock instead.
 """
 
 from __future__ import annotations
@@ -54,6 +56,31 @@ class QueueTransportContract:
     stale_handle_inert: ClassVar[bool] = True
     #: ``extend_lease`` keeps a message invisible past its original lease.
     lease_extension: ClassVar[bool] = True
+    #: A consumer already waiting in ``fetch`` when a group's first message is taken by another
+    #: consumer does not receive that group's next message while the first is in flight.
+    waiting_consumer_respects_group_lock: ClassVar[bool] = True
+
+    #: Cases that only apply when a capability is declared.
+    _CASES_NEEDING: ClassVar[dict[str, tuple[str, ...]]] = {
+        "timeout_redelivery": (
+            "test_unacked_message_is_redelivered_after_lease",
+            "test_stale_handle_ack_is_harmless",
+            "test_lease_extension_keeps_message_hidden",
+        ),
+        "dedup_expiry": ("test_dedup_accepts_the_id_after_the_window",),
+        "stale_handle_inert": ("test_stale_handle_ack_is_harmless",),
+        "lease_extension": ("test_lease_extension_keeps_message_hidden",),
+        "waiting_consumer_respects_group_lock": (
+            "test_a_consumer_waiting_in_fetch_respects_the_group_lock",
+        ),
+    }
+
+    def __init_subclass__(cls, **kwargs: object) -> None:
+        super().__init_subclass__(**kwargs)
+        for capability, cases in cls._CASES_NEEDING.items():
+            if not getattr(cls, capability):
+                for case in cases:
+                    setattr(cls, case, None)  # not collected by pytest
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -221,8 +248,6 @@ class QueueTransportContract:
         assert counts == [1, 2, 3, 4]
 
     def test_unacked_message_is_redelivered_after_lease(self, transport: QueueTransport) -> None:
-        if not self.timeout_redelivery:
-            pytest.skip("transport declares no timer redelivery")
         transport.send(QueueName.INPUT, self.msg("slow"))
         consumer = self.consumer(transport, QueueName.INPUT)
         assert self.fetch_one(consumer).receive_count == 1
@@ -231,8 +256,6 @@ class QueueTransportContract:
         assert (again.body, again.receive_count) == ("slow", 2)
 
     def test_stale_handle_ack_is_harmless(self, transport: QueueTransport) -> None:
-        if not (self.timeout_redelivery and self.stale_handle_inert):
-            pytest.skip("transport declares no timer redelivery or no stale-handle protection")
         transport.send(QueueName.INPUT, self.msg("a1", group="s1"))
         transport.send(QueueName.INPUT, self.msg("a2", group="s1"))
         consumer = self.consumer(transport, QueueName.INPUT)
@@ -246,8 +269,6 @@ class QueueTransportContract:
         assert self.fetch_one(consumer).body == "a2"
 
     def test_lease_extension_keeps_message_hidden(self, transport: QueueTransport) -> None:
-        if not (self.timeout_redelivery and self.lease_extension):
-            pytest.skip("transport declares no timer redelivery or no lease extension")
         transport.send(QueueName.INPUT, self.msg("long-turn"))
         consumer = self.consumer(transport, QueueName.INPUT)
         got = self.fetch_one(consumer)
@@ -282,6 +303,29 @@ class QueueTransportContract:
             acker.join(5)
         assert second.body == "x2"
 
+    def test_a_consumer_waiting_in_fetch_respects_the_group_lock(
+        self, transport: QueueTransport
+    ) -> None:
+        consumers = [self.consumer(transport, QueueName.INPUT) for _ in range(2)]
+        got: list[list[QueueMessage]] = [[], []]
+
+        def wait_in_fetch(i: int) -> None:
+            deadline = time.monotonic() + self.fetch_wait
+            while time.monotonic() < deadline and not got[i]:
+                got[i] = consumers[i].fetch(1, min(deadline - time.monotonic(), 2.0))
+
+        threads = [threading.Thread(target=wait_in_fetch, args=(i,)) for i in range(2)]
+        for t in threads:
+            t.start()
+        time.sleep(0.5)  # both consumers are now waiting
+        transport.send(QueueName.INPUT, self.msg("first", group="locked"))
+        time.sleep(0.5)
+        transport.send(QueueName.INPUT, self.msg("second", group="locked"))
+        for t in threads:
+            t.join(self.fetch_wait + 5)
+        bodies = sorted(m.body for batch in got for m in batch)
+        assert bodies == ["first"], f"both messages of one group were in flight: {bodies}"
+
     # -- dedup -----------------------------------------------------------------------------
 
     def test_dedup_drops_a_duplicate_inside_the_window(self, transport: QueueTransport) -> None:
@@ -294,8 +338,6 @@ class QueueTransportContract:
         self.assert_empty(consumer)
 
     def test_dedup_accepts_the_id_after_the_window(self, transport: QueueTransport) -> None:
-        if not self.dedup_expiry:
-            pytest.skip("transport declares a fixed dedup window")
         transport.send(QueueName.INPUT, self.msg("one", dedup="again"))
         consumer = self.consumer(transport, QueueName.INPUT)
         consumer.ack(self.fetch_one(consumer))

@@ -26,6 +26,17 @@ def create_session_store(config: SessionConfig) -> SessionStore:
         with require_extra("redis", "session.type: redis"):
             from agentkernel.session.redis import RedisSessionStore
         return RedisSessionStore(config.redis.url, prefix=config.redis.prefix, ttl=config.ttl)
+    if config.type == "dynamodb":
+        if config.dynamodb is None or not config.dynamodb.table_name:
+            raise AKConfigError(
+                "session.dynamodb.table_name: required when session.type is 'dynamodb'"
+            )
+        with require_extra("dynamodb", "session.type: dynamodb"):
+            from agentkernel.session.dynamodb import DynamoDBSessionStore
+        db = config.dynamodb
+        return DynamoDBSessionStore(
+            db.table_name or "", config.ttl, db.region_name, db.endpoint_url
+        )
     if "." not in config.type:
         raise AKConfigError(f"session.type: unknown session store '{config.type}'")
     store: SessionStore = resolve_dotted(config.type, SessionStore, "session.type")()

@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import asyncio
 import heapq
 import threading
 import time
-from collections import defaultdict
 
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
 
 class InMemoryResponseStore(ResponseStore):
@@ -22,9 +21,7 @@ class InMemoryResponseStore(ResponseStore):
         super().__init__(ttl)
         self._records: dict[str, tuple[float, ResponseRecord]] = {}
         self._expiry: list[tuple[float, str]] = []
-        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
-            defaultdict(list)
-        )
+        self._waiters = WaiterRegistry()
         self._lock = threading.Lock()
 
     def put(self, record: ResponseRecord) -> None:
@@ -34,9 +31,7 @@ class InMemoryResponseStore(ResponseStore):
             expires = now + self.ttl
             self._records[record.request_id] = (expires, record)
             heapq.heappush(self._expiry, (expires, record.request_id))
-            waiters = self._waiters.pop(record.request_id, [])
-        for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
+        self._waiters.notify(record.request_id)
 
     def get(self, request_id: str) -> ResponseRecord | None:
         with self._lock:
@@ -46,27 +41,8 @@ class InMemoryResponseStore(ResponseStore):
         return entry[1]
 
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            self._waiters[request_id].append((loop, future))
-        try:
-            if self.get(request_id) is None:
-                await asyncio.wait_for(future, timeout)
-        except TimeoutError:
-            pass
-        finally:
-            self._forget(request_id, future)
+        await wait_for_record(self._waiters, request_id, timeout, lambda: self.get(request_id))
         return self.get(request_id)
-
-    def _forget(self, request_id: str, future: asyncio.Future[None]) -> None:
-        with self._lock:
-            waiters = self._waiters.get(request_id)
-            if waiters is None:
-                return
-            waiters[:] = [w for w in waiters if w[1] is not future]
-            if not waiters:
-                del self._waiters[request_id]
 
     def _evict(self, now: float) -> None:
         while self._expiry and self._expiry[0][0] <= now:
@@ -78,8 +54,3 @@ class InMemoryResponseStore(ResponseStore):
     def __len__(self) -> int:
         with self._lock:
             return len(self._records)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -34,7 +34,7 @@ class TransportConsumer(ABC):
     #: Longest wait a single fetch should be asked for, in seconds. ``None`` lets the
     #: ConsumerLoop slice waits to about a second so it notices shutdown quickly; a broker that
     #: bills every receive call (SQS) declares a longer slice.
-    fetch_wait_slice_seconds: ClassVar[float | None] = None
+    fetch_wait_slice_seconds: float | None = None
 
     @abstractmethod
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:

@@ -1,0 +1,6 @@
+from agentkernel.aws import ECSIOHandler
+
+runner = ECSIOHandler.run
+
+if __name__ == "__main__":
+    runner()

@@ -1,0 +1,43 @@
+"""AWS entry points with the queue-mode guide's names (ECS and Lambda).
+
+Imported lazily, so ``import agentkernel.aws`` costs nothing until a class is used.
+"""
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from agentkernel.aws.ecs import (
+        ECSAgentRunner,
+        ECSIOHandler,
+        ECSOutputConsumer,
+        ECSQueueRequestHandler,
+        ECSSQSConsumer,
+    )
+    from agentkernel.pipeline.consumer import QueueConsumer
+
+__all__ = [
+    "ECSAgentRunner",
+    "ECSIOHandler",
+    "ECSOutputConsumer",
+    "ECSQueueRequestHandler",
+    "ECSSQSConsumer",
+    "QueueConsumer",
+]
+
+_LAZY = {
+    "ECSAgentRunner": "agentkernel.aws.ecs",
+    "ECSIOHandler": "agentkernel.aws.ecs",
+    "ECSOutputConsumer": "agentkernel.aws.ecs",
+    "ECSQueueRequestHandler": "agentkernel.aws.ecs",
+    "ECSSQSConsumer": "agentkernel.aws.ecs",
+    "QueueConsumer": "agentkernel.pipeline.consumer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    if name in _LAZY:
+        return getattr(importlib.import_module(_LAZY[name]), name)
+    raise AttributeError(f"module 'agentkernel.aws' has no attribute {name!r}")

@@ -1,0 +1,123 @@
+"""The containerized (ECS) queue mode: an IO container and Agent Runner containers on SQS.
+
+Both containers are configured only by environment variables (see docs/deploy-containerized.md):
+the queue URLs make the transport SQS and the DynamoDB table name makes the response store
+DynamoDB, so ``execution.queues.type`` and ``execution.response_store.type`` need not be set.
+"""
+
+from __future__ import annotations
+
+from typing import ClassVar
+
+from agentkernel.core.config import AKConfig
+from agentkernel.core.errors import AKConfigError
+from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.pipeline.consumer import QueueConsumer
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.request_handler import RequestHandler
+from agentkernel.pipeline.response_handler import ResponseHandler
+from agentkernel.pipeline.response_store import create_response_store
+from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.transport.base import (
+    QueueTransport,
+    QueueTransportFactory,
+    TransportConsumer,
+)
+
+
+def ecs_config(config: AKConfig | None = None) -> AKConfig:
+    """The configuration with the ECS defaults: SQS queues, DynamoDB replies when a table is set."""
+    config = config or AKConfig.get()
+    execution = config.execution
+    queues, store = execution.queues, execution.response_store
+    if queues.type == "in_memory":
+        queues = queues.model_copy(update={"type": "sqs"})
+    if store.type == "in_memory" and store.dynamodb is not None and store.dynamodb.table_name:
+        store = store.model_copy(update={"type": "dynamodb"})
+    execution = execution.model_copy(update={"queues": queues, "response_store": store})
+    return config.model_copy(update={"execution": execution})
+
+
+class ECSSQSConsumer(QueueConsumer):
+    """Base of the ECS consumers: ``run()`` starts ``no_of_consumers`` long-poll threads.
+
+    ``poll``/``delete_message`` work on a consumer of their own, for code that drives the queue
+    by hand; the threads started by ``run`` each have their own.
+    """
+
+    queue: ClassVar[QueueName]
+    transport: QueueTransport
+    _poller: TransportConsumer | None = None
+
+    def poll(self, batch_size: int = 1, wait_seconds: float = 20.0) -> list[QueueMessage]:
+        if self._poller is None:
+            self._poller = self.transport.create_consumer(self.queue)
+        return self._poller.fetch(batch_size, wait_seconds)
+
+    def delete_message(self, message: QueueMessage) -> None:
+        if self._poller is None:
+            raise RuntimeError("delete_message() of a message that poll() did not return")
+        self._poller.ack(message)
+
+    @classmethod
+    def from_environment(cls) -> ECSSQSConsumer:
+        """Build from ``AK_...`` variables (and ``config.yaml`` when present)."""
+        raise NotImplementedError
+
+    @classmethod
+    def run(cls) -> None:
+        """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash)."""
+        consumer = cls.from_environment()
+        ThreadRunner.install_signal_handlers()
+        consumer.consumer_loop().run()  # type: ignore[attr-defined]
+
+
+class ECSAgentRunner(ECSSQSConsumer, AgentRunner):
+    """The Agent Runner container: INPUT -> agents -> OUTPUT on SQS."""
+
+    queue = QueueName.INPUT
+
+    @classmethod
+    def from_environment(cls) -> ECSAgentRunner:
+        config = ecs_config()
+        AKConfig.set(config)
+        return cls(QueueTransportFactory.create(config.execution.queues))
+
+
+class ECSOutputConsumer(ECSSQSConsumer, ResponseHandler):
+    """The IO container's OUTPUT consumer threads: replies -> response store."""
+
+    queue = QueueName.OUTPUT
+
+    @classmethod
+    def from_environment(cls) -> ECSOutputConsumer:
+        config = ecs_config()
+        transport = QueueTransportFactory.create(config.execution.queues)
+        return cls(
+            transport,
+            create_response_store(config.execution.response_store),
+            config.execution.queues,
+        )
+
+
+class ECSQueueRequestHandler(RequestHandler):
+    """The IO container's REST API: ``POST /api/v1/chat`` enqueues, ``GET`` polls."""
+
+
+class ECSIOHandler(IOHandler):
+    """The IO container: REST API thread plus OUTPUT consumer threads, no agents."""
+
+    @classmethod
+    def run(cls, with_runner: bool | None = False) -> None:
+        """Container entry: serve until SIGTERM, drain the OUTPUT consumers, exit 0."""
+        config = ecs_config()
+        if not create_response_store(config.execution.response_store).shared:
+            raise AKConfigError(
+                "execution.response_store.dynamodb.table_name: the IO container needs a shared "
+                "response store (set AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME)"
+            )
+        AKConfig.set(config)
+        handler = cls(config, with_runner=with_runner)
+        ThreadRunner.install_signal_handlers()
+        handler.serve()

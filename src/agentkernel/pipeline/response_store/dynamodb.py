@@ -1,0 +1,95 @@
+"""Replies in a DynamoDB table (partition key ``request_id``, TTL attribute ``expiry_time``).
+
+DynamoDB has no change notification a request could wait on cheaply, so a waiting sync request
+polls with a short, growing interval (the base class's ``wait``). DynamoDB removes expired items
+lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from typing import Any
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agentkernel.core.config import DynamoDBStoreConfig
+from agentkernel.core.errors import ResponseStoreError
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+
+TTL_ATTRIBUTE = "expiry_time"
+_ERRORS = (BotoCoreError, ClientError)
+
+
+class DynamoDBResponseStore(ResponseStore):
+    """Response store on a DynamoDB table.
+
+    Args:
+        table_name: the table; its partition key is the string ``request_id``.
+        ttl: seconds a record stays readable.
+        region_name: AWS region; default from the environment.
+        endpoint_url: override the endpoint (``AWS_ENDPOINT_URL`` works too).
+    """
+
+    shared = True
+    max_poll_interval = 0.25
+
+    def __init__(
+        self,
+        table_name: str,
+        ttl: float = 3600.0,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+    ) -> None:
+        super().__init__(ttl)
+        self.table_name = table_name
+        self._client = boto3.client("dynamodb", region_name=region_name, endpoint_url=endpoint_url)
+
+    @classmethod
+    def from_config(cls, config: DynamoDBStoreConfig, ttl: float) -> DynamoDBResponseStore:
+        return cls(config.table_name or "", ttl, config.region_name, config.endpoint_url)
+
+    def put(self, record: ResponseRecord) -> None:
+        item: dict[str, Any] = {
+            "request_id": {"S": record.request_id},
+            "session_id": {"S": record.session_id},
+            "status_code": {"N": str(record.status_code)},
+            "body": {"S": json.dumps(record.body)},
+            TTL_ATTRIBUTE: {"N": str(math.ceil(time.time() + self.ttl))},
+        }
+        if record.owner is not None:
+            item["owner"] = {"S": record.owner}
+        try:
+            self._client.put_item(TableName=self.table_name, Item=item)
+        except _ERRORS as exc:
+            raise ResponseStoreError(
+                f"DynamoDB write of {record.request_id} failed: {exc}"
+            ) from exc
+
+    def get(self, request_id: str) -> ResponseRecord | None:
+        try:
+            reply = self._client.get_item(
+                TableName=self.table_name,
+                Key={"request_id": {"S": request_id}},
+                ConsistentRead=True,
+            )
+        except _ERRORS as exc:
+            raise ResponseStoreError(f"DynamoDB read of {request_id} failed: {exc}") from exc
+        item = reply.get("Item")
+        if item is None or float(item[TTL_ATTRIBUTE]["N"]) <= time.time():
+            return None
+        return ResponseRecord(
+            request_id=request_id,
+            session_id=item["session_id"]["S"],
+            status_code=int(item["status_code"]["N"]),
+            body=json.loads(item["body"]["S"]),
+            owner=item.get("owner", {}).get("S"),
+        )
+
+    def ping(self) -> None:
+        try:
+            self._client.describe_table(TableName=self.table_name)
+        except _ERRORS as exc:
+            raise ResponseStoreError(f"DynamoDB table {self.table_name}: {exc}") from exc

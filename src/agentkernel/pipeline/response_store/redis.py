@@ -1,0 +1,100 @@
+"""Replies in Redis, shared by every IO process; waiting requests are woken by pub/sub.
+
+A record is a JSON string at ``<prefix>resp:<request_id>`` with a millisecond expiry. Writing it
+also publishes on ``<prefix>done:<request_id>``; one pattern subscription per store (on its own
+thread) wakes the waiters of this process, so a sync request learns of its reply at once without
+polling and without a connection per waiting request.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from typing import Any
+
+import redis
+
+from agentkernel.core.errors import ResponseStoreError
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+
+logger = logging.getLogger(__name__)
+
+
+class RedisResponseStore(ResponseStore):
+    """Response store on a Redis server.
+
+    Args:
+        url: Redis URL.
+        prefix: prefix of every key and channel.
+        ttl: seconds a record stays readable.
+    """
+
+    shared = True
+
+    def __init__(self, url: str, prefix: str = "ak:", ttl: float = 3600.0) -> None:
+        super().__init__(ttl)
+        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        self._prefix = prefix
+        self._waiters = WaiterRegistry()
+        self._listener: threading.Thread | None = None
+        self._pubsub: Any = None
+        self._lock = threading.Lock()
+
+    def _key(self, request_id: str) -> str:
+        return f"{self._prefix}resp:{request_id}"
+
+    def put(self, record: ResponseRecord) -> None:
+        try:
+            pipe = self._redis.pipeline()
+            pipe.set(self._key(record.request_id), record.to_json(), px=int(self.ttl * 1000))
+            pipe.publish(f"{self._prefix}done:{record.request_id}", b"1")
+            pipe.execute()
+        except redis.RedisError as exc:
+            raise ResponseStoreError(f"Redis write of {record.request_id} failed: {exc}") from exc
+
+    def get(self, request_id: str) -> ResponseRecord | None:
+        try:
+            raw = self._redis.get(self._key(request_id))
+        except redis.RedisError as exc:
+            raise ResponseStoreError(f"Redis read of {request_id} failed: {exc}") from exc
+        return None if raw is None else ResponseRecord.from_json(raw)
+
+    async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
+        self._ensure_listener()
+        await wait_for_record(self._waiters, request_id, timeout, lambda: self.get(request_id))
+        return self.get(request_id)
+
+    def _ensure_listener(self) -> None:
+        with self._lock:
+            if self._listener is not None and self._listener.is_alive():
+                return
+            self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            self._pubsub.psubscribe(f"{self._prefix}done:*")
+            self._listener = threading.Thread(
+                target=self._listen, args=(self._pubsub,), name="redis-reply-listener", daemon=True
+            )
+            self._listener.start()
+
+    def _listen(self, pubsub: Any) -> None:
+        done = f"{self._prefix}done:"
+        try:
+            for item in pubsub.listen():
+                channel = item.get("channel", b"").decode()
+                self._waiters.notify(channel.removeprefix(done))
+        except (redis.RedisError, ValueError, AttributeError):
+            # Closed by close(), or the connection dropped: the next wait starts a new listener,
+            # and every waiter also re-checks the key, so nothing is lost meanwhile.
+            logger.debug("reply listener stopped", exc_info=True)
+
+    def ping(self) -> None:
+        try:
+            self._redis.ping()
+        except redis.RedisError as exc:
+            raise ResponseStoreError(f"Redis is unreachable: {exc}") from exc
+
+    def close(self) -> None:
+        with self._lock:
+            if self._pubsub is not None:
+                self._pubsub.close()
+        self._redis.close()

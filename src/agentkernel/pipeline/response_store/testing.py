@@ -1,0 +1,117 @@
+"""The public contract suite every response store must pass.
+
+Subclass :class:`ResponseStoreContract` and implement :meth:`make_store`::
+
+    class TestMyStore(ResponseStoreContract):
+        def make_store(self, ttl: float) -> ResponseStore:
+            return MyStore(ttl=ttl)
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+import time
+import uuid
+from typing import ClassVar
+
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+
+__all__ = ["ResponseStoreContract"]
+
+
+class ResponseStoreContract:
+    """Mixin of test cases for a :class:`ResponseStore`."""
+
+    #: Longest time a waiter may take to notice a record written by another thread, seconds.
+    wake_latency: ClassVar[float] = 1.0
+
+    def make_store(self, ttl: float) -> ResponseStore:
+        """Return a store whose records expire after ``ttl`` seconds, isolated from other tests."""
+        raise NotImplementedError
+
+    def advance(self, seconds: float) -> None:
+        """Let ``seconds`` pass for the store."""
+        time.sleep(seconds)
+
+    @staticmethod
+    def record(body: dict[str, object] | None = None, status: int = 200) -> ResponseRecord:
+        return ResponseRecord(uuid.uuid4().hex, "session-ü", status, body or {"result": "ok ✓"})
+
+    def test_put_then_get_round_trips(self) -> None:
+        store = self.make_store(60)
+        record = ResponseRecord(uuid.uuid4().hex, "s 1", 503, {"error": "x", "n": [1, 2]}, "alice")
+        store.put(record)
+        assert store.get(record.request_id) == record
+
+    def test_get_of_an_unknown_id_is_none(self) -> None:
+        assert self.make_store(60).get(uuid.uuid4().hex) is None
+
+    def test_put_replaces_and_reads_repeat(self) -> None:
+        store = self.make_store(60)
+        first = self.record({"v": 1})
+        store.put(first)
+        second = ResponseRecord(first.request_id, first.session_id, 200, {"v": 2})
+        store.put(second)
+        assert store.get(first.request_id) == store.get(first.request_id) == second
+
+    def test_records_are_isolated_by_request_id(self) -> None:
+        store = self.make_store(60)
+        a, b = self.record({"who": "a"}), self.record({"who": "b"})
+        store.put(a)
+        store.put(b)
+        assert (store.get(a.request_id), store.get(b.request_id)) == (a, b)
+
+    def test_large_body_round_trips(self) -> None:
+        store = self.make_store(60)
+        record = self.record({"result": "x" * 100_000})
+        store.put(record)
+        assert store.get(record.request_id) == record
+
+    def test_record_expires_after_its_ttl(self) -> None:
+        store = self.make_store(1.0)
+        record = self.record()
+        store.put(record)
+        assert store.get(record.request_id) == record
+        self.advance(2.2)
+        assert store.get(record.request_id) is None
+
+    def test_wait_returns_when_another_thread_writes(self) -> None:
+        store = self.make_store(60)
+        record = self.record()
+        writer = threading.Timer(0.2, store.put, (record,))
+        started = time.monotonic()
+        writer.start()
+        try:
+            got = asyncio.run(store.wait(record.request_id, 10))
+        finally:
+            writer.join(5)
+        assert got == record
+        assert time.monotonic() - started < 0.2 + self.wake_latency
+
+    def test_wait_returns_at_once_for_an_existing_record(self) -> None:
+        store = self.make_store(60)
+        record = self.record()
+        store.put(record)
+        started = time.monotonic()
+        assert asyncio.run(store.wait(record.request_id, 10)) == record
+        assert time.monotonic() - started < self.wake_latency
+
+    def test_wait_times_out_with_none(self) -> None:
+        store = self.make_store(60)
+        started = time.monotonic()
+        assert asyncio.run(store.wait(uuid.uuid4().hex, 0.3)) is None
+        assert 0.25 < time.monotonic() - started < 0.3 + self.wake_latency
+
+    def test_many_concurrent_waiters_are_all_woken(self) -> None:
+        store = self.make_store(60)
+        records = [self.record({"i": i}) for i in range(20)]
+
+        async def scenario() -> list[ResponseRecord | None]:
+            waits = [asyncio.create_task(store.wait(r.request_id, 10)) for r in records]
+            await asyncio.sleep(0.1)
+            for r in records:
+                await asyncio.to_thread(store.put, r)
+            return list(await asyncio.gather(*waits))
+
+        assert asyncio.run(scenario()) == records

@@ -1,0 +1,67 @@
+"""Wake asyncio waiters from any thread when the record they wait for is written."""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections import defaultdict
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
+
+
+class WaiterRegistry:
+    """Futures waiting for a request id, each resolved on its own event loop."""
+
+    def __init__(self) -> None:
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
+            defaultdict(list)
+        )
+        self._lock = threading.Lock()
+
+    @contextmanager
+    def waiting(self, request_id: str) -> Iterator[asyncio.Future[None]]:
+        """Register a future for ``request_id`` for the duration of the block."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with self._lock:
+            self._waiters[request_id].append((loop, future))
+        try:
+            yield future
+        finally:
+            self._forget(request_id, future)
+
+    def notify(self, request_id: str) -> None:
+        """Wake every waiter of ``request_id`` (thread-safe)."""
+        with self._lock:
+            waiters = self._waiters.pop(request_id, [])
+        for loop, future in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    def __bool__(self) -> bool:
+        with self._lock:
+            return bool(self._waiters)
+
+    def _forget(self, request_id: str, future: asyncio.Future[None]) -> None:
+        with self._lock:
+            waiters = self._waiters.get(request_id)
+            if waiters is None:
+                return
+            waiters[:] = [w for w in waiters if w[1] is not future]
+            if not waiters:
+                del self._waiters[request_id]
+
+
+async def wait_for_record(
+    registry: WaiterRegistry, request_id: str, timeout: float, check: Callable[[], object]
+) -> None:
+    """Wait until ``registry`` is notified for ``request_id`` or ``check()`` is truthy."""
+    with registry.waiting(request_id) as future:
+        if await asyncio.to_thread(check):
+            return
+        with suppress(TimeoutError):
+            await asyncio.wait_for(future, timeout)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

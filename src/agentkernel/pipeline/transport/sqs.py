@@ -1,0 +1,293 @@
+"""Amazon SQS FIFO queues: the broker whose semantics the pipeline was modelled on.
+
+Mapping: ``group_id`` -> ``MessageGroupId`` (one in flight per group, natively),
+``dedup_id`` -> ``MessageDeduplicationId`` (SQS's fixed 5-minute window), attributes -> String
+message attributes, ``ApproximateReceiveCount`` -> ``receive_count``, lease -> visibility timeout
+(``nack`` sets it to 0, ``extend_lease`` restarts it). ``dead_letter`` hands the message back to
+the queue's redrive policy when it has one (so SQS moves it to the DLQ), and deletes it otherwise.
+
+Limits are checked before sending: at most 10 attributes and 256 KiB per message. SQS rejects
+empty attribute values, so an empty value travels with the custom data type ``String.empty``.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import threading
+import time
+import uuid
+from typing import Any
+
+import boto3
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agentkernel.core.config import QueuesConfig, SQSQueueConfig
+from agentkernel.core.errors import (
+    AKConfigError,
+    MessageRejectedError,
+    TransportClosedError,
+    TransportError,
+)
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+
+logger = logging.getLogger(__name__)
+
+MAX_ATTRIBUTES = 10
+SHORT_POLL_IDLE_SECONDS = 0.2
+MAX_MESSAGE_BYTES = 256 * 1024
+EMPTY_TYPE = "String.empty"
+_BOTO_ERRORS = (BotoCoreError, ClientError)
+_STALE_HANDLE_CODES = {"ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight"}
+
+
+def _client(region_name: str | None, endpoint_url: str | None) -> Any:
+    config = Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=50)
+    return boto3.client("sqs", region_name=region_name, endpoint_url=endpoint_url, config=config)
+
+
+def encode_attributes(attributes: dict[str, str]) -> dict[str, dict[str, str]]:
+    """Attributes as SQS message attributes.
+
+    Raises:
+        MessageRejectedError: more than 10 attributes.
+    """
+    if len(attributes) > MAX_ATTRIBUTES:
+        raise MessageRejectedError(
+            f"SQS allows {MAX_ATTRIBUTES} message attributes, got {len(attributes)}"
+        )
+    return {
+        name: {"DataType": EMPTY_TYPE, "StringValue": "-"}
+        if value == ""
+        else {"DataType": "String", "StringValue": value}
+        for name, value in attributes.items()
+    }
+
+
+def decode_attributes(raw: dict[str, dict[str, Any]]) -> dict[str, str]:
+    """SQS message attributes back to plain strings."""
+    out = {}
+    for name, attr in raw.items():
+        kind = attr.get("DataType", "String")
+        if kind == EMPTY_TYPE:
+            out[name] = ""
+        elif kind.startswith("Binary"):
+            out[name] = bytes(attr.get("BinaryValue", b"")).decode()
+        else:
+            out[name] = str(attr.get("StringValue", ""))
+    return out
+
+
+def message_size(body: str, attributes: dict[str, dict[str, str]]) -> int:
+    """Bytes SQS counts towards its 256 KiB limit: body plus attribute names, types, values."""
+    size = len(body.encode())
+    for name, attr in attributes.items():
+        size += len(name.encode()) + len(attr["DataType"].encode())
+        size += len(attr["StringValue"].encode())
+    return size
+
+
+class SQSTransport(QueueTransport):
+    """INPUT and OUTPUT on two SQS FIFO queues.
+
+    Args:
+        input_url: URL of the INPUT queue.
+        output_url: URL of the OUTPUT queue.
+        region_name: AWS region; default from the environment.
+        endpoint_url: override the endpoint (``AWS_ENDPOINT_URL`` works too).
+        wait_time_seconds: longest long poll per receive call (0-20).
+        visibility_timeout: lease in seconds; default each queue's own setting.
+    """
+
+    def __init__(
+        self,
+        input_url: str,
+        output_url: str,
+        *,
+        region_name: str | None = None,
+        endpoint_url: str | None = None,
+        wait_time_seconds: float = 20.0,
+        visibility_timeout: float | None = None,
+    ) -> None:
+        self.urls = {QueueName.INPUT: input_url, QueueName.OUTPUT: output_url}
+        self.region_name = region_name
+        self.endpoint_url = endpoint_url
+        self.wait_time_seconds = wait_time_seconds
+        self.visibility_timeout = visibility_timeout
+        self._sender: Any = None
+        self._lock = threading.Lock()
+
+    @classmethod
+    def from_config(cls, block: QueuesConfig) -> SQSTransport:
+        """Build from ``execution.queues``; both queue URLs are required."""
+        for name in ("input", "output"):
+            if not getattr(block, name).url:
+                raise AKConfigError(
+                    f"execution.queues.{name}.url: required when execution.queues.type is 'sqs'"
+                )
+        sqs = block.sqs or SQSQueueConfig()
+        return cls(
+            block.input.url or "",
+            block.output.url or "",
+            region_name=sqs.region_name,
+            endpoint_url=sqs.endpoint_url,
+            wait_time_seconds=sqs.wait_time_seconds,
+            visibility_timeout=sqs.visibility_timeout,
+        )
+
+    def client(self) -> Any:
+        """The shared sending client (boto3 clients are thread-safe)."""
+        with self._lock:
+            if self._sender is None:
+                self._sender = _client(self.region_name, self.endpoint_url)
+            return self._sender
+
+    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        attributes = encode_attributes(message.attributes)
+        if (size := message_size(message.body, attributes)) > MAX_MESSAGE_BYTES:
+            raise MessageRejectedError(f"message is {size} bytes; SQS allows {MAX_MESSAGE_BYTES}")
+        kwargs: dict[str, Any] = {
+            "QueueUrl": self.urls[queue],
+            "MessageBody": message.body,
+            "MessageGroupId": message.group_id or uuid.uuid4().hex,
+            "MessageDeduplicationId": message.dedup_id or uuid.uuid4().hex,
+        }
+        if attributes:
+            kwargs["MessageAttributes"] = attributes
+        try:
+            return str(self.client().send_message(**kwargs)["MessageId"])
+        except _BOTO_ERRORS as exc:
+            raise _map_error(exc, self.urls[queue]) from exc
+
+    def create_consumer(self, queue: QueueName) -> SQSConsumer:
+        return SQSConsumer(self, QueueName(queue))
+
+    def queue_attributes(self, queue: QueueName, *names: str) -> dict[str, str]:
+        """Read attributes of a queue (fails fast with the queue's URL when it is missing)."""
+        try:
+            reply = self.client().get_queue_attributes(
+                QueueUrl=self.urls[queue], AttributeNames=list(names)
+            )
+        except _BOTO_ERRORS as exc:
+            raise _map_error(exc, self.urls[queue]) from exc
+        return dict(reply.get("Attributes", {}))
+
+    def depth(self, queue: QueueName) -> int:
+        """``ApproximateNumberOfMessages`` of the queue."""
+        return int(
+            self.queue_attributes(queue, "ApproximateNumberOfMessages")[
+                "ApproximateNumberOfMessages"
+            ]
+        )
+
+    def ping(self) -> None:
+        for queue in QueueName:
+            self.queue_attributes(queue, "QueueArn")
+
+
+class SQSConsumer(TransportConsumer):
+    """Receives from one SQS queue with its own client."""
+
+    def __init__(self, transport: SQSTransport, queue: QueueName) -> None:
+        self._url = transport.urls[queue]
+        self._wait = transport.wait_time_seconds
+        self.fetch_wait_slice_seconds = transport.wait_time_seconds
+        attrs = transport.queue_attributes(queue, "VisibilityTimeout", "RedrivePolicy")
+        self._override = transport.visibility_timeout
+        self._lease = self._override or float(attrs.get("VisibilityTimeout", 30))
+        self._has_redrive = bool(attrs.get("RedrivePolicy"))
+        self._client = _client(transport.region_name, transport.endpoint_url)
+        self._closed = False
+
+    @property
+    def lease_seconds(self) -> float:
+        return self._lease
+
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        if self._closed:
+            raise TransportClosedError(f"SQS consumer of {self._url} is closed")
+        kwargs: dict[str, Any] = {
+            "QueueUrl": self._url,
+            "MaxNumberOfMessages": max(1, min(batch_size, 10)),
+            "WaitTimeSeconds": int(max(0.0, min(wait_seconds, self._wait, 20.0))),
+            "MessageAttributeNames": ["All"],
+            "MessageSystemAttributeNames": [
+                "ApproximateReceiveCount",
+                "MessageGroupId",
+                "MessageDeduplicationId",
+            ],
+        }
+        if self._override is not None:
+            kwargs["VisibilityTimeout"] = int(self._override)
+        try:
+            reply = self._client.receive_message(**kwargs)
+        except _BOTO_ERRORS as exc:
+            raise _map_error(exc, self._url) from exc
+        messages = [self._decode(raw) for raw in reply.get("Messages", [])]
+        if not messages and kwargs["WaitTimeSeconds"] == 0 and wait_seconds > 0:
+            time.sleep(min(wait_seconds, SHORT_POLL_IDLE_SECONDS))  # short polls must not spin
+        return messages
+
+    @staticmethod
+    def _decode(raw: dict[str, Any]) -> QueueMessage:
+        system = raw.get("Attributes", {})
+        return QueueMessage(
+            body=raw.get("Body", ""),
+            attributes=decode_attributes(raw.get("MessageAttributes", {})),
+            group_id=system.get("MessageGroupId"),
+            dedup_id=system.get("MessageDeduplicationId"),
+            receive_count=int(system.get("ApproximateReceiveCount", 1)),
+            message_id=raw.get("MessageId"),
+            native=raw["ReceiptHandle"],
+        )
+
+    def ack(self, message: QueueMessage) -> None:
+        self._call("delete_message", message, ReceiptHandle=message.native)
+
+    def nack(self, message: QueueMessage) -> None:
+        self._call(
+            "change_message_visibility", message, ReceiptHandle=message.native, VisibilityTimeout=0
+        )
+
+    def extend_lease(self, message: QueueMessage) -> None:
+        self._call(
+            "change_message_visibility",
+            message,
+            ReceiptHandle=message.native,
+            VisibilityTimeout=int(self._lease),
+        )
+
+    def dead_letter(self, message: QueueMessage) -> None:
+        """Let the queue's redrive policy move it to the DLQ; without one, delete it."""
+        if self._has_redrive:
+            self.nack(message)
+        else:
+            self.ack(message)
+
+    def _call(self, operation: str, message: QueueMessage, **kwargs: Any) -> None:
+        try:
+            getattr(self._client, operation)(QueueUrl=self._url, **kwargs)
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") in _STALE_HANDLE_CODES:
+                logger.debug("%s of %s: stale receipt handle", operation, message.message_id)
+                return
+            raise TransportError(f"SQS {operation} on {self._url} failed: {exc}") from exc
+        except BotoCoreError as exc:
+            raise TransportError(f"SQS {operation} on {self._url} failed: {exc}") from exc
+
+    def close(self) -> None:
+        if not self._closed:
+            self._closed = True
+            self._client.close()
+
+
+def _map_error(exc: Exception, url: str) -> Exception:
+    code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else ""
+    if "NonExistentQueue" in code or code == "QueueDoesNotExist":
+        return AKConfigError(
+            f"execution.queues: SQS queue {url} does not exist; create it (Terraform "
+            "modules/queues) before starting - agentkernel never creates production queues"
+        )
+    return TransportError(f"SQS call on {url} failed: {json.dumps(str(exc))}")

