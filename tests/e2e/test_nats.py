@@ -1,0 +1,129 @@
+"""NATS JetStream end to end: IO process and runner processes, Redis replies, real servers."""
+
+from __future__ import annotations
+
+import shutil
+import signal
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from tests import servers
+from tests.e2e.deployment import Deployment, assert_in_order_and_exclusive, result
+
+pytestmark = [pytest.mark.nats, pytest.mark.redis, pytest.mark.slow]
+
+
+def nats_env(url: str, redis_url: str, tag: str) -> dict[str, str]:
+    t = tag.upper()
+    return {
+        "AK_EXECUTION__QUEUES__TYPE": "nats",
+        "AK_EXECUTION__QUEUES__NATS__URL": url,
+        "AK_EXECUTION__QUEUES__NATS__INPUT_STREAM": f"E2E_IN_{t}",
+        "AK_EXECUTION__QUEUES__NATS__INPUT_SUBJECT_PREFIX": f"e2e{t}.in",
+        "AK_EXECUTION__QUEUES__NATS__OUTPUT_STREAM": f"E2E_OUT_{t}",
+        "AK_EXECUTION__QUEUES__NATS__OUTPUT_SUBJECT_PREFIX": f"e2e{t}.out",
+        "AK_EXECUTION__QUEUES__NATS__PARTITIONS": "8",
+        "AK_EXECUTION__QUEUES__NATS__ACK_WAIT": "3",
+        "AK_EXECUTION__QUEUES__NATS__RETRY_BACKOFF": "0",
+        "AK_EXECUTION__QUEUES__NATS__AUTO_PROVISION": "true",
+        "AK_EXECUTION__QUEUES__INPUT__NO_OF_CONSUMERS": "2",
+        "AK_EXECUTION__RESPONSE_STORE__TYPE": "redis",
+        "AK_EXECUTION__RESPONSE_STORE__REDIS__URL": redis_url,
+        "AK_EXECUTION__RESPONSE_STORE__REDIS__PREFIX": f"e2e:{tag}:",
+    }
+
+
+def make(url: str, redis_url: str) -> Deployment:
+    deployment = Deployment({})
+    deployment.env |= nats_env(url, redis_url, deployment.tag)
+    return deployment
+
+
+@pytest.fixture
+def nats_deployment(nats_url: str, redis_url: str) -> Iterator[Deployment]:
+    deployment = make(nats_url, redis_url)
+    deployment.start_io()
+    yield deployment
+    deployment.close()
+
+
+def test_sync_async_and_order_across_two_runners(nats_deployment: Deployment) -> None:
+    d = nats_deployment
+    d.runner()
+    d.runner()
+    assert result(d.post("solo", "0"))["prompt"] == "0"
+    ids = {
+        (s, i): d.post(s, str(i), asynchronous=True, seconds=0.1).json()["request_id"]
+        for i in range(5)
+        for s in ("a", "b", "c")
+    }
+    early = d.client.get("/api/v1/chat/zzz", params={"request_id": ids[("a", 0)]})
+    assert early.status_code == 404
+    runs = {key: result(d.poll(key[0], rid)) for key, rid in ids.items()}
+    for s in ("a", "b", "c"):
+        assert_in_order_and_exclusive([runs[(s, i)] for i in range(5)])
+
+
+def test_kill_9_of_a_runner_redelivers_after_ack_wait(nats_deployment: Deployment) -> None:
+    d = nats_deployment
+    victim = d.runner()
+    time.sleep(2.0)
+    request_id = d.post("k", "survive", asynchronous=True, seconds=2.0).json()["request_id"]
+    deadline = time.monotonic() + 10
+    while not d.runs() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    victim.send_signal(signal.SIGKILL)
+    victim.wait(10)
+    d.runner()
+    answer = result(d.poll("k", request_id))
+    assert (answer["prompt"], answer["attempt"]) == ("survive", 2)
+    assert d.runs() == [request_id, "1", request_id, "2"]
+
+
+class PrivateNats:
+    """A nats-server with its own file store, so it can be restarted."""
+
+    def __init__(self, store: Path) -> None:
+        self.binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
+        if not Path(self.binary).exists():
+            servers.unavailable("no nats-server binary to start a private server")
+        self.port = servers.free_port()
+        self.store = store
+        self.url = f"nats://127.0.0.1:{self.port}"
+        self.start()
+
+    def start(self) -> None:
+        self.proc = subprocess.Popen(
+            [self.binary, "-js", "-sd", str(self.store), "-a", "127.0.0.1", "-p", str(self.port)],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        deadline = time.monotonic() + 15
+        while not servers.port_open(self.port):
+            assert time.monotonic() < deadline and self.proc.poll() is None, "nats-server died"
+            time.sleep(0.05)
+
+    def stop(self) -> None:
+        self.proc.terminate()
+        self.proc.wait(15)
+
+
+def test_messages_survive_a_server_restart(tmp_path: Path, redis_url: str) -> None:
+    server = PrivateNats(tmp_path / "js")
+    d = make(server.url, redis_url)
+    try:
+        d.start_io()
+        ids = [d.post("r", str(i), asynchronous=True).json()["request_id"] for i in range(3)]
+        server.stop()
+        server.start()
+        d.runner()
+        turns = [result(d.poll("r", rid, timeout=40)) for rid in ids]
+        assert_in_order_and_exclusive(turns)
+        assert result(d.post("r", "3"))["prompt"] == "3"  # the IO process reconnected too
+    finally:
+        d.close()
+        server.stop()
