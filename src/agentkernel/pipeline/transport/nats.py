@@ -203,10 +203,8 @@ class NatsTransport(QueueTransport):
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
         stream, prefix = self.streams[queue]
         payload = message.body.encode()
-        if len(payload) > self.conn.nc.max_payload:
-            raise MessageRejectedError(
-                f"message is {len(payload)} bytes; the NATS server allows {self.conn.nc.max_payload}"
-            )
+        if len(payload) > (limit := self.conn.nc.max_payload):
+            raise MessageRejectedError(f"message is {len(payload)} bytes; NATS allows {limit}")
         headers = {ENVELOPE_HEADER: encode_envelope(message)}
         if message.dedup_id:
             headers["Nats-Msg-Id"] = message.dedup_id
