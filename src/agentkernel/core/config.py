@@ -145,9 +145,19 @@ class KafkaQueueConfig(_Block):
         30.0, gt=0, description="Seconds send() waits for the broker to confirm a record."
     )
     metadata_timeout: float = Field(5.0, gt=0, description="Seconds to wait for topic metadata.")
+    dedup_window: float = Field(
+        300.0, gt=0, description="Seconds a dedup_id is remembered (in the bookkeeping store)."
+    )
+    rebalance_drain_timeout: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds a consumer losing a partition waits for its in-flight records there "
+        "to finish before handing the partition over.",
+    )
     auto_provision: bool = Field(
         False, description="Create missing topics (development); otherwise fail at start-up."
     )
+    partitions: int = Field(8, ge=1, description="Partitions of topics created by auto_provision.")
     bookkeeping: Literal["in_memory", "redis"] = Field(
         "in_memory",
         description="Where receive counts and dedup claims live; 'redis' survives worker restarts.",
@@ -157,7 +167,11 @@ class KafkaQueueConfig(_Block):
     )
     client_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra librdkafka settings merged over the producer and consumer configs.",
+        description="Extra librdkafka settings for the producer, consumers and admin client.",
+    )
+    consumer_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings for consumers only (e.g. session.timeout.ms).",
     )
 
 

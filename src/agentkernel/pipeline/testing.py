@@ -316,7 +316,8 @@ class QueueTransportContract:
         consumers = [self.consumer(transport, QueueName.INPUT) for _ in range(2)]
         got: list[list[QueueMessage]] = [[], []]
         # Stop waiting before the first message's lease could run out and redeliver it.
-        window = 1.0 + min(self.fetch_wait, 0.6 * self.ack_wait)
+        lease = 0.6 * self.ack_wait if self.timeout_redelivery else self.fetch_wait
+        window = 1.0 + min(self.fetch_wait, lease)
 
         def wait_in_fetch(i: int) -> None:
             deadline = time.monotonic() + window

@@ -1,0 +1,240 @@
+"""The Kafka transport against a real Kafka-protocol broker (Tansu)."""
+
+from __future__ import annotations
+
+import uuid
+from typing import Any
+
+import pytest
+
+from agentkernel.core.config import KafkaQueueConfig
+from agentkernel.core.errors import AKConfigError
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.testing import QueueTransportContract
+from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.bookkeeping import InMemoryBookkeepingStore
+from agentkernel.pipeline.transport.kafka import KafkaTransport
+
+pytestmark = pytest.mark.kafka
+
+# Tansu needs a short session timeout (the default makes the first join take ~23 s) and a short
+# fetch wait (it answers a parked fetch only when the wait ends).
+TANSU_CONSUMER = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "fetch.wait.max.ms": 10}
+
+
+def kafka_settings(bootstrap: str, **overrides: Any) -> KafkaQueueConfig:
+    tag = uuid.uuid4().hex[:10]
+    base: dict[str, Any] = {
+        "bootstrap_servers": bootstrap,
+        "input_topic": f"in-{tag}",
+        "output_topic": f"out-{tag}",
+        "group_id": f"g-{tag}",
+        "retry_backoff": 0,
+        "dedup_window": 2.0,
+        "auto_provision": True,
+        "partitions": 4,
+        "consumer_config": TANSU_CONSUMER,
+    }
+    return KafkaQueueConfig.model_validate(base | overrides)
+
+
+class TestKafkaTransportContract(QueueTransportContract):
+    fetch_wait = 20.0
+    dedup_window = 2.0
+    # A Kafka consumer group has no per-record lease: a record handed to a live consumer comes
+    # back only when its partition is reassigned (consumer closed, crashed or evicted), never on
+    # a timer; so there is nothing to expire, extend, or go stale.
+    timeout_redelivery = False
+    lease_extension = False
+
+    @pytest.fixture(autouse=True)
+    def _server(self, tansu_broker: Any) -> None:
+        self.bootstrap = tansu_broker.bootstrap
+
+    def make_transport(self) -> QueueTransport:
+        return KafkaTransport(kafka_settings(self.bootstrap), InMemoryBookkeepingStore())
+
+
+def test_missing_topics_fail_fast_naming_them(tansu_broker: Any) -> None:
+    settings = kafka_settings(tansu_broker.bootstrap, auto_provision=False)
+    with pytest.raises(AKConfigError, match=settings.input_topic):
+        KafkaTransport(settings, InMemoryBookkeepingStore())
+
+
+def test_unreachable_broker_fails_the_send(tansu_broker: Any) -> None:
+    transport = KafkaTransport(kafka_settings(tansu_broker.bootstrap), InMemoryBookkeepingStore())
+    dead = transport.settings.model_copy(
+        update={"bootstrap_servers": "127.0.0.1:1", "delivery_timeout": 1.0}
+    )
+    broken = object.__new__(KafkaTransport)
+    broken.__dict__.update(transport.__dict__, settings=dead, _producer=None)
+    from agentkernel.core.errors import TransportError
+
+    with pytest.raises(TransportError):
+        broken.send(QueueName.INPUT, QueueMessage(body="lost?", group_id="g"))
+
+
+# -- bookkeeping ----------------------------------------------------------------------------------
+
+import json  # noqa: E402
+import signal  # noqa: E402
+import subprocess  # noqa: E402
+import sys  # noqa: E402
+import threading  # noqa: E402
+import time  # noqa: E402
+from collections import defaultdict  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from agentkernel.pipeline.consumer import ConsumerLoop  # noqa: E402
+from agentkernel.pipeline.transport.bookkeeping import (  # noqa: E402
+    BookkeepingStore,
+    RedisBookkeepingStore,
+)
+from agentkernel.pipeline.transport.in_memory import ManualClock  # noqa: E402
+
+
+def check_bookkeeping(store: BookkeepingStore, advance: Any) -> None:
+    key = uuid.uuid4().hex
+    assert [store.incr_attempts(key) for _ in range(3)] == [1, 2, 3]
+    store.clear_attempts(key)
+    assert store.incr_attempts(key) == 1
+    dedup = uuid.uuid4().hex
+    assert store.claim_dedup(dedup, "t:0:5", 1.0)
+    assert store.claim_dedup(dedup, "t:0:5", 1.0)  # the owner's redelivery is not a duplicate
+    assert not store.claim_dedup(dedup, "t:0:9", 1.0)  # another record with the same id is
+    advance(1.2)
+    assert store.claim_dedup(dedup, "t:0:9", 1.0)  # the window has passed
+
+
+def test_in_memory_bookkeeping() -> None:
+    clock = ManualClock()
+    check_bookkeeping(InMemoryBookkeepingStore(clock), clock.advance)
+
+
+@pytest.mark.redis
+def test_redis_bookkeeping(redis_url: str) -> None:
+    check_bookkeeping(RedisBookkeepingStore(redis_url, f"t:{uuid.uuid4().hex}:"), time.sleep)
+
+
+# -- behaviour on a real broker ---------------------------------------------------------------------
+
+
+@pytest.mark.redis
+def test_kill_9_moves_partitions_and_redelivers_with_exact_counts(
+    tansu_broker: Any, redis_url: str
+) -> None:
+    settings = kafka_settings(
+        tansu_broker.bootstrap, bookkeeping="redis", bookkeeping_redis_url=redis_url
+    )
+    transport = KafkaTransport(settings)
+    for i in range(4):
+        transport.send(QueueName.INPUT, QueueMessage(body=f"r{i}", group_id=f"s{i}"))
+    victim = subprocess.Popen(
+        [
+            sys.executable,
+            str(Path(__file__).with_name("kafka_victim.py")),
+            settings.model_dump_json(),
+            "4",
+        ],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    assert victim.stdout is not None
+    first = sorted(json.loads(victim.stdout.readline()) for _ in range(4))
+    assert first == [[f"r{i}", 1] for i in range(4)]
+    victim.send_signal(signal.SIGKILL)
+    victim.communicate(timeout=10)
+    survivor = transport.create_consumer(QueueName.INPUT)
+    try:
+        got: list[QueueMessage] = []
+        deadline = time.monotonic() + 60
+        while len(got) < 4 and time.monotonic() < deadline:
+            got += survivor.fetch(10, 1.0)
+        assert sorted((m.body, m.receive_count) for m in got) == [(f"r{i}", 2) for i in range(4)]
+    finally:
+        survivor.close()
+
+
+def test_poison_record_goes_to_the_dlq_topic(tansu_broker: Any) -> None:
+    from confluent_kafka import Consumer
+
+    settings = kafka_settings(tansu_broker.bootstrap)
+    transport = KafkaTransport(settings, InMemoryBookkeepingStore())
+    transport.send(
+        QueueName.INPUT, QueueMessage(body="poison", group_id="s", attributes={"k": "v"})
+    )
+    hooked: list[int] = []
+    loop = ConsumerLoop(
+        process=lambda m: 1 / 0,
+        on_permanent_failure=lambda m: hooked.append(m.receive_count),
+        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
+        max_receive_count=2,
+        wait_seconds=0.5,
+        exit_on_shutdown=False,
+    )
+    runner = threading.Thread(target=loop.run)
+    runner.start()
+    deadline = time.monotonic() + 60
+    while not hooked and time.monotonic() < deadline:
+        time.sleep(0.1)
+    loop.stop()
+    runner.join(30)
+    assert hooked == [3]
+    reader = Consumer(
+        {
+            "bootstrap.servers": tansu_broker.bootstrap,
+            "group.id": uuid.uuid4().hex,
+            "auto.offset.reset": "earliest",
+            **TANSU_CONSUMER,
+        }
+    )
+    reader.subscribe([settings.input_topic + settings.dlq_suffix])
+    try:
+        record = None
+        deadline = time.monotonic() + 30
+        while record is None and time.monotonic() < deadline:
+            polled = reader.poll(0.5)
+            record = polled if polled is not None and polled.error() is None else None
+        assert record is not None and record.value() == b"poison"
+        headers = dict(record.headers() or [])
+        assert headers["ak-error"] == b"exceeded max_receive_count"
+        assert headers["ak-attr:k"] == b"v"
+    finally:
+        reader.close()
+
+
+def test_two_consumers_in_one_group_keep_each_session_in_order(tansu_broker: Any) -> None:
+    transport = KafkaTransport(kafka_settings(tansu_broker.bootstrap), InMemoryBookkeepingStore())
+    seen: dict[str, list[int]] = defaultdict(list)
+    lock = threading.Lock()
+
+    async def process(m: QueueMessage) -> None:
+        import asyncio
+
+        await asyncio.sleep(0.005)
+        with lock:
+            seen[m.group_id or ""].append(int(m.body))
+
+    loop = ConsumerLoop(
+        process=process,
+        on_permanent_failure=lambda m: None,
+        num_consumers=2,
+        batch_size=10,
+        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
+        wait_seconds=0.5,
+        exit_on_shutdown=False,
+    )
+    runner = threading.Thread(target=loop.run)
+    runner.start()
+    sessions, per_session = [f"s{i}" for i in range(12)], 20
+    for i in range(per_session):
+        for session in sessions:
+            transport.send(QueueName.INPUT, QueueMessage(body=str(i), group_id=session))
+    deadline = time.monotonic() + 90
+    while sum(map(len, seen.values())) < len(sessions) * per_session:
+        assert time.monotonic() < deadline, f"only {sum(map(len, seen.values()))} processed"
+        time.sleep(0.1)
+    loop.stop()
+    runner.join(30)
+    assert dict(seen) == {s: list(range(per_session)) for s in sessions}
