@@ -116,7 +116,7 @@ def test_redis_bookkeeping(redis_url: str) -> None:
     check_bookkeeping(RedisBookkeepingStore(redis_url, f"t:{uuid.uuid4().hex}:"), time.sleep)
 
 
-# -- behaviour on a real broker ---------------------------------------------------------------------
+# -- behaviour on a real broker -------------------------------------------------------------
 
 
 @pytest.mark.redis
