@@ -15,7 +15,6 @@ Outcomes of a turn:
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import time
@@ -26,6 +25,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentkernel.core.agent import Agent, AgentRegistry, Turn
 from agentkernel.core.config import AKConfig, QueuesConfig, RunnerConfig
 from agentkernel.core.errors import AgentNotFoundError, RetryableError
+from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
 from agentkernel.pipeline.envelope import (
     ATTR_REQUEST_ID,
@@ -140,7 +140,7 @@ class AgentRunner(QueueConsumer):
                 message, 404, error_doc("AGENT_NOT_FOUND", str(exc), session_id, request_id)
             )
             return
-        state = await asyncio.to_thread(self.sessions.load, session_id)
+        state = await call(self.sessions.nonblocking, self.sessions.load, session_id)
         turn = Turn(
             prompt=body.prompt,
             session_id=session_id,
@@ -159,7 +159,7 @@ class AgentRunner(QueueConsumer):
         METRICS.inc("agentkernel_turns_in_flight", 1)
         try:
             result = await agent.run(turn)
-            await asyncio.to_thread(self.sessions.save, turn.session_id, turn.state)
+            await call(self.sessions.nonblocking, self.sessions.save, turn.session_id, turn.state)
         except RetryableError:
             self._finished(turn.agent, "retry", started)
             raise
@@ -205,7 +205,7 @@ class AgentRunner(QueueConsumer):
             group_id=doc.get("session_id") or message.group_id,
             dedup_id=f"{request_id}:reply",
         )
-        await asyncio.to_thread(self.transport.send, QueueName.OUTPUT, reply)
+        await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
 
 
 def _session_of(message: QueueMessage) -> str:

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from concurrent.futures import Future
 from typing import Any
 
+from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.event_loop import LoopThread
 from agentkernel.pipeline.lease import LeaseKeeper
@@ -297,15 +298,15 @@ class ConsumerLoop:
             if message.receive_count > self._max_receive_count:
                 await self._acall(self._on_permanent_failure, message)
                 self._untrack(message)
-                await asyncio.to_thread(consumer.dead_letter, message)
+                await call(consumer.nonblocking, consumer.dead_letter, message)
             else:
                 await self._acall(self._process, message)
                 self._untrack(message)
-                await asyncio.to_thread(consumer.ack, message)
+                await call(consumer.nonblocking, consumer.ack, message)
         except Exception:
             self._untrack(message)
             self._log_failure(message)
-            await asyncio.to_thread(self._safe_nack, consumer, message)
+            await call(consumer.nonblocking, self._safe_nack, consumer, message)
 
     @staticmethod
     def _call(fn: Handler, message: QueueMessage) -> None:

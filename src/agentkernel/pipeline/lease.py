@@ -27,6 +27,7 @@ class LeaseKeeper:
         self._cond = threading.Condition()
         self._thread: threading.Thread | None = None
         self._stopped = False
+        self._wake_at = float("inf")
 
     def track(self, consumer: TransportConsumer, message: QueueMessage) -> None:
         """Start extending ``message``'s lease (no-op for transports without leases)."""
@@ -34,13 +35,15 @@ class LeaseKeeper:
         if lease is None:
             return
         interval = lease / 3
+        due = time.monotonic() + interval
         with self._cond:
-            self._due[id(message)] = (time.monotonic() + interval, interval, consumer, message)
+            self._due[id(message)] = (due, interval, consumer, message)
             self._stopped = False
             if self._thread is None:
                 self._thread = threading.Thread(target=self._run, name=self._name, daemon=True)
                 self._thread.start()
-            self._cond.notify()
+            if due < self._wake_at:  # only when the keeper would otherwise sleep past it
+                self._cond.notify()
 
     def untrack(self, message: QueueMessage) -> None:
         """Stop extending ``message``'s lease."""
@@ -68,7 +71,9 @@ class LeaseKeeper:
                     self._due[key] = (now + interval, interval, consumer, message)
                 if not due:
                     soonest = min((entry[0] for entry in self._due.values()), default=now + 60)
+                    self._wake_at = soonest
                     self._cond.wait(max(soonest - now, 0.01))
+                    self._wake_at = float("inf")
                     continue
             for _, (_, _, consumer, message) in due:
                 self._extend(consumer, message)

@@ -24,6 +24,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import MessageRejectedError
+from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.envelope import (
     ATTR_REQUEST_ID,
     ATTR_TRACEPARENT,
@@ -171,10 +172,9 @@ class RequestHandler:
             dedup_id=request_id,
         )
         timeout = self.config.api.enqueue_timeout
+        send = call(self.transport.nonblocking, self.transport.send, QueueName.INPUT, message)
         try:
-            await asyncio.wait_for(
-                asyncio.to_thread(self.transport.send, QueueName.INPUT, message), timeout
-            )
+            await asyncio.wait_for(send, timeout)
         except MessageRejectedError as exc:
             raise HTTPError(413, "MESSAGE_TOO_LARGE", str(exc), session_id=chat.session_id) from exc
         except Exception as exc:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from typing import Any
+from typing import Any, ClassVar
 
 
 class SessionStore(ABC):
     """Keeps one JSON object of state per session id. Calls are blocking and thread-safe."""
+
+    #: ``load``/``save`` never wait on I/O, so event-loop code may call them inline.
+    nonblocking: ClassVar[bool] = False
 
     @abstractmethod
     def load(self, session_id: str) -> dict[str, Any]:

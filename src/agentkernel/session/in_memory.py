@@ -17,6 +17,8 @@ class InMemorySessionStore(SessionStore):
         ttl: seconds a session's state lives after its last save.
     """
 
+    nonblocking = True
+
     def __init__(self, ttl: float = 604800.0) -> None:
         self._ttl = ttl
         self._data: dict[str, tuple[float, str]] = {}

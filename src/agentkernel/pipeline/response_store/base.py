@@ -52,6 +52,8 @@ class ResponseStore(ABC):
 
     #: Whether other processes can read what this store holds.
     shared: ClassVar[bool] = False
+    #: ``put``/``get`` never wait on I/O, so event-loop code may call them inline.
+    nonblocking: ClassVar[bool] = False
     #: Longest sleep between two reads of :meth:`wait`'s polling fallback, in seconds.
     max_poll_interval: ClassVar[float] = 0.5
 

@@ -17,6 +17,8 @@ class InMemoryResponseStore(ResponseStore):
     so a sync request learns of its reply without polling. Expired records are dropped on write.
     """
 
+    nonblocking = True
+
     def __init__(self, ttl: float = 3600.0) -> None:
         super().__init__(ttl)
         self._records: dict[str, tuple[float, ResponseRecord]] = {}
@@ -41,7 +43,9 @@ class InMemoryResponseStore(ResponseStore):
         return entry[1]
 
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
-        await wait_for_record(self._waiters, request_id, timeout, lambda: self.get(request_id))
+        await wait_for_record(
+            self._waiters, request_id, timeout, lambda: self.get(request_id), inline=True
+        )
         return self.get(request_id)
 
     def _evict(self, now: float) -> None:

@@ -52,11 +52,18 @@ class WaiterRegistry:
 
 
 async def wait_for_record(
-    registry: WaiterRegistry, request_id: str, timeout: float, check: Callable[[], object]
+    registry: WaiterRegistry,
+    request_id: str,
+    timeout: float,
+    check: Callable[[], object],
+    inline: bool = False,
 ) -> None:
-    """Wait until ``registry`` is notified for ``request_id`` or ``check()`` is truthy."""
+    """Wait until ``registry`` is notified for ``request_id`` or ``check()`` is truthy.
+
+    ``inline`` calls ``check`` on the event loop (for checks that never block).
+    """
     with registry.waiting(request_id) as future:
-        if await asyncio.to_thread(check):
+        if check() if inline else await asyncio.to_thread(check):
             return
         with suppress(TimeoutError):
             await asyncio.wait_for(future, timeout)

@@ -31,6 +31,10 @@ class TransportConsumer(ABC):
     Fetching again while earlier messages are still unacknowledged is always allowed.
     """
 
+    #: ``ack``/``nack``/``dead_letter`` never wait on I/O, so event-loop code may call them
+    #: inline instead of on a worker thread.
+    nonblocking: ClassVar[bool] = False
+
     #: Longest wait a single fetch should be asked for, in seconds. ``None`` lets the
     #: ConsumerLoop slice waits to about a second so it notices shutdown quickly; a broker that
     #: bills every receive call (SQS) declares a longer slice.
@@ -68,6 +72,9 @@ class TransportConsumer(ABC):
 
 class QueueTransport(ABC):
     """The send side of a broker, shared by all threads of a process (``send`` is thread-safe)."""
+
+    #: ``send`` never waits on I/O, so event-loop code may call it inline.
+    nonblocking: ClassVar[bool] = False
 
     @abstractmethod
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:

@@ -67,12 +67,14 @@ class _Handle:
 
 @dataclass
 class _Queue:
-    """One queue's state. Guarded by the owning broker's condition."""
+    """One queue's state, guarded by its own condition."""
 
+    cond: threading.Condition = field(default_factory=threading.Condition)
     pending: dict[str, deque[_Entry]] = field(default_factory=dict)
     ready: deque[str] = field(default_factory=deque)
     leased: dict[str, _Lease] = field(default_factory=dict)
     dedup: dict[str, float] = field(default_factory=dict)
+    dedup_order: deque[tuple[float, str]] = field(default_factory=deque)  # by expiry
     consumers: int = 0
 
     def push(self, group: str, entry: _Entry, *, head: bool = False) -> None:
@@ -92,19 +94,18 @@ class _Queue:
 
 
 class _Broker:
-    """All queues of one in-memory 'server', behind one condition variable."""
+    """All queues of one in-memory 'server'."""
 
     def __init__(self, ack_wait: float, dedup_window: float, clock: Clock) -> None:
         self.ack_wait = ack_wait
         self.dedup_window = dedup_window
         self.clock = clock
-        self.cond = threading.Condition()
         self.queues = {name: _Queue() for name in QueueName}
-        self._tokens = itertools.count(1)
+        self._tokens = itertools.count(1)  # next() is atomic under the GIL
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
-        with self.cond:
-            q = self.queues[queue]
+        q = self.queues[queue]
+        with q.cond:
             now = self.clock()
             if message.dedup_id is not None and self._is_duplicate(q, message.dedup_id, now):
                 return None
@@ -118,23 +119,24 @@ class _Broker:
             )
             group = message.group_id if message.group_id is not None else f"\0{stored.message_id}"
             q.push(group, _Entry(stored))
-            self.cond.notify_all()
+            q.cond.notify()
             return stored.message_id
 
     def _is_duplicate(self, q: _Queue, dedup_id: str, now: float) -> bool:
-        expires = q.dedup.get(dedup_id)
-        if expires is not None and expires > now:
+        while q.dedup_order and q.dedup_order[0][0] <= now:  # ids expire in the order sent
+            expires, old = q.dedup_order.popleft()
+            if q.dedup.get(old) == expires:
+                del q.dedup[old]
+        if dedup_id in q.dedup:
             return True
-        if len(q.dedup) > 1024:  # prune expired ids now and then, not on every send
-            for key in [k for k, exp in q.dedup.items() if exp <= now]:
-                del q.dedup[key]
         q.dedup[dedup_id] = now + self.dedup_window
+        q.dedup_order.append((q.dedup[dedup_id], dedup_id))
         return False
 
     def fetch(self, queue: QueueName, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
         give_up = time.monotonic() + max(wait_seconds, 0.0)
-        with self.cond:
-            q = self.queues[queue]
+        q = self.queues[queue]
+        with q.cond:
             while True:
                 self._expire_leases(q)
                 if q.ready:
@@ -142,7 +144,7 @@ class _Broker:
                 remaining = give_up - time.monotonic()
                 if remaining <= 0:
                     return []
-                self.cond.wait(min(remaining, self._until_next_expiry(q)))
+                q.cond.wait(min(remaining, self._until_next_expiry(q)))
 
     def _until_next_expiry(self, q: _Queue) -> float:
         if not q.leased:
@@ -176,20 +178,22 @@ class _Broker:
         handle = message.native
         if not isinstance(handle, _Handle):
             raise ValueError("message was not fetched from an in-memory transport")
-        with self.cond:
-            lease = handle.queue.leased.get(handle.group)
+        q = handle.queue
+        with q.cond:
+            lease = q.leased.get(handle.group)
             if lease is None or lease.token != handle.token:
                 return  # stale handle: the lease expired and the message was handed out again
-            handle.queue.release(handle.group)
+            q.release(handle.group)
             if requeue:
-                handle.queue.push(handle.group, lease.entry, head=True)
-            self.cond.notify_all()
+                q.push(handle.group, lease.entry, head=True)
+            if q.ready:
+                q.cond.notify()
 
     def extend(self, message: QueueMessage) -> None:
         handle = message.native
         if not isinstance(handle, _Handle):
             return
-        with self.cond:
+        with handle.queue.cond:
             lease = handle.queue.leased.get(handle.group)
             if lease is not None and lease.token == handle.token:
                 lease.deadline = self.clock() + self.ack_wait
@@ -207,6 +211,7 @@ class InMemoryTransport(QueueTransport):
     broker that the factory hands to every component of the embedded topology.
     """
 
+    nonblocking = True
     _shared: ClassVar[_Broker | None] = None
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
@@ -248,18 +253,21 @@ class InMemoryTransport(QueueTransport):
 
     def open_consumers(self, queue: QueueName) -> int:
         """How many consumers of ``queue`` are open (lets tests check ``close()``)."""
-        with self._broker.cond:
-            return self._broker.queues[queue].consumers
+        q = self._broker.queues[queue]
+        with q.cond:
+            return q.consumers
 
     def depth(self, queue: QueueName) -> int:
         """Messages waiting on ``queue``, not counting those in flight."""
-        with self._broker.cond:
-            return sum(len(bucket) for bucket in self._broker.queues[queue].pending.values())
+        q = self._broker.queues[queue]
+        with q.cond:
+            return sum(len(bucket) for bucket in q.pending.values())
 
 
 class InMemoryConsumer(TransportConsumer):
     """A consumer of one in-memory queue."""
 
+    nonblocking = True
     #: Waiting costs nothing here, so short slices make shutdown quick.
     fetch_wait_slice_seconds = 0.25
 
@@ -267,7 +275,7 @@ class InMemoryConsumer(TransportConsumer):
         self._broker = broker
         self._queue = queue
         self._closed = False
-        with broker.cond:
+        with broker.queues[queue].cond:
             broker.queues[queue].consumers += 1
 
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
@@ -292,5 +300,5 @@ class InMemoryConsumer(TransportConsumer):
         if self._closed:
             return
         self._closed = True
-        with self._broker.cond:
+        with self._broker.queues[self._queue].cond:
             self._broker.queues[self._queue].consumers -= 1

@@ -157,7 +157,7 @@ class KafkaTransport(QueueTransport):
                             "enable.idempotence": True,
                             "acks": "all",
                             "message.timeout.ms": timeout_ms,
-                            "linger.ms": 1,
+                            "linger.ms": 0,
                         }
                     )
                 )
