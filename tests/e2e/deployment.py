@@ -39,6 +39,10 @@ class Deployment:
 
     def start_io(self) -> None:
         self.io = self.spawn("io", "--port", str(self.port))
+        self.wait_healthy()
+
+    def wait_healthy(self) -> None:
+        assert self.io is not None
         deadline = time.monotonic() + 30
         while time.monotonic() < deadline:
             assert self.io.poll() is None, self.io.communicate()[1]

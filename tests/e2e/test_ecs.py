@@ -3,22 +3,19 @@ moto's SQS and DynamoDB, configured only by the guide's environment variables.""
 
 from __future__ import annotations
 
-import itertools
 import json
-import os
 import signal
 import subprocess
 import sys
 import time
-import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
 import boto3
-import httpx
 import pytest
 
 from tests import servers
+from tests.e2e.deployment import Deployment, assert_in_order_and_exclusive, result
 from tests.transports.test_sqs import create_fifo
 
 pytestmark = [pytest.mark.aws, pytest.mark.slow]
@@ -30,11 +27,14 @@ TEST_RUNNER = Path(__file__).with_name("ecs_test_runner.py")
 APP_MAX_RECEIVE = 2
 
 
-class EcsDeployment:
-    """Queues (input with a redrive policy to a DLQ), a table, an IO process, runner processes."""
+class EcsDeployment(Deployment):
+    """Queues (input with a redrive policy to a DLQ), a table, the guide's two entry files."""
 
     def __init__(self, moto_url: str) -> None:
-        tag = uuid.uuid4().hex[:10]
+        super().__init__(
+            {**servers.aws_env(moto_url), "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": "1"}
+        )
+        tag = self.tag
         self.dlq = create_fifo(f"dlq-{tag}", visibility=3)
         self.input = create_fifo(
             f"in-{tag}", visibility=3, redrive_to=self.dlq, max_receive=APP_MAX_RECEIVE + 1
@@ -47,17 +47,7 @@ class EcsDeployment:
             AttributeDefinitions=[{"AttributeName": "request_id", "AttributeType": "S"}],
             BillingMode="PAY_PER_REQUEST",
         )
-        self.base_env = {
-            "PATH": os.environ["PATH"],
-            "PYTHONPATH": str(ROOT),
-            **servers.aws_env(moto_url),
-            "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": "1",
-        }
-        self.port = servers.free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self.procs: list[subprocess.Popen[str]] = []
-        self.run_log = Path(os.environ.get("TMPDIR", "/tmp")) / f"ecs-runs-{tag}.log"
-        self.io = self.spawn(
+        self.io = self.spawn_script(
             REST_SERVICE,
             {
                 "AK_EXECUTION__QUEUES__INPUT__URL": self.input,
@@ -68,13 +58,13 @@ class EcsDeployment:
                 "AK_API__PORT": str(self.port),
             },
         )
-        self.client = httpx.Client(base_url=self.url, timeout=30)
-        self._wait_healthy()
+        self.wait_healthy()
 
-    def spawn(self, script: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+    def spawn_script(self, script: Path, env: dict[str, str]) -> subprocess.Popen[str]:
+        """Run an entry file as is, configured only by environment variables."""
         proc = subprocess.Popen(
             [sys.executable, str(script)],
-            env={**self.base_env, **env},
+            env={**self.env, **env},
             stdout=subprocess.DEVNULL,
             stderr=subprocess.PIPE,
             text=True,
@@ -82,14 +72,13 @@ class EcsDeployment:
         self.procs.append(proc)
         return proc
 
-    def runner(
+    def runner(  # type: ignore[override]
         self, script: Path = TEST_RUNNER, consumers: int = 3, batch: int = 10, long_poll: int = 1
     ) -> subprocess.Popen[str]:
-        return self.spawn(
+        return self.spawn_script(
             script,
             {
                 "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": str(long_poll),
-                "E2E_RUN_LOG": str(self.run_log),
                 "AK_EXECUTION__QUEUES__INPUT__URL": self.input,
                 "AK_EXECUTION__QUEUES__OUTPUT__URL": self.output,
                 "AK_EXECUTION__QUEUES__INPUT__MAX_RECEIVE_COUNT": str(APP_MAX_RECEIVE),
@@ -98,50 +87,12 @@ class EcsDeployment:
             },
         )
 
-    def _wait_healthy(self) -> None:
-        deadline = time.monotonic() + 30
-        while time.monotonic() < deadline:
-            assert self.io.poll() is None, self.io.communicate()[1]
-            try:
-                if self.client.get("/health").status_code == 200:
-                    return
-            except httpx.HTTPError:
-                time.sleep(0.1)
-        raise AssertionError("IO process did not start")
-
-    def post(
-        self, session: str, prompt: str, asynchronous: bool = False, **extra: object
-    ) -> httpx.Response:
-        headers = {"Prefer": "respond-async"} if asynchronous else {}
-        body = {"session_id": session, "prompt": prompt, "agent": "timed", **extra}
-        return self.client.post("/api/v1/chat", json=body, headers=headers)
-
-    def poll(self, session: str, request_id: str, timeout: float = 30) -> httpx.Response:
-        deadline = time.monotonic() + timeout
-        while True:
-            response = self.client.get(f"/api/v1/chat/{session}", params={"request_id": request_id})
-            if response.status_code != 404 or time.monotonic() > deadline:
-                return response
-            time.sleep(0.1)
-
-    def close(self) -> None:
-        self.client.close()
-        for proc in self.procs:
-            if proc.poll() is None:
-                proc.kill()
-            proc.communicate(timeout=10)
-
 
 @pytest.fixture
 def ecs(aws: str) -> Iterator[EcsDeployment]:
     deployment = EcsDeployment(aws)
     yield deployment
     deployment.close()
-
-
-def result(response: httpx.Response) -> dict[str, object]:
-    assert response.status_code == 200, response.text
-    return dict(json.loads(response.json()["result"]))
 
 
 def test_rest_sync_and_async_with_polling(ecs: EcsDeployment) -> None:
@@ -179,10 +130,7 @@ def test_order_per_session_across_two_runner_processes(ecs: EcsDeployment) -> No
             pending[(session, i)] = response.json()["request_id"]
     runs = {key: result(ecs.poll(key[0], rid)) for key, rid in pending.items()}
     for session in sessions:
-        turns = [runs[(session, i)] for i in range(per_session)]
-        assert [t["prompt"] for t in turns] == [str(i) for i in range(per_session)]
-        for before, after in itertools.pairwise(turns):
-            assert after["start"] >= before["end"], f"session {session} overlapped: {turns}"
+        assert_in_order_and_exclusive([runs[(session, i)] for i in range(per_session)])
     assert len({r["pid"] for r in runs.values()}) == 2, "both runner processes took turns"
 
 
@@ -233,5 +181,5 @@ def test_a_turn_longer_than_the_visibility_timeout_runs_once(ecs: EcsDeployment)
     response = ecs.post("long", "slow-turn", seconds=5.0)  # visibility timeout is 3 s
     assert result(response)["attempt"] == 1
     time.sleep(4.0)  # without lease extension a second execution has started by now
-    runs = ecs.run_log.read_text().split()
+    runs = ecs.runs()
     assert runs == [response.json()["request_id"], "1"], f"the turn ran more than once: {runs}"
