@@ -85,3 +85,39 @@ def test_invalid_configuration_exits_2_and_names_the_key() -> None:
 def test_chat_without_a_server_fails_clearly() -> None:
     result = run("chat", "--url", f"http://127.0.0.1:{free_port()}", "--session", "s", "hi")
     assert result.returncode == 1 and "cannot reach" in result.stderr
+
+
+def test_sigterm_finishes_the_turn_in_flight_then_exits_0() -> None:
+    import threading
+
+    port = free_port()
+    url = f"http://127.0.0.1:{port}"
+    agents = "tests/e2e/ecs_test_runner.py"  # defines the 'timed' agent
+    proc = subprocess.Popen(
+        [*CLI, "serve", agents, "--port", str(port)],
+        cwd=ROOT,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    replies: list[httpx.Response] = []
+    body = {"session_id": "drain", "prompt": "p", "agent": "timed", "seconds": 1.5}
+    try:
+        wait_healthy(url, proc)
+        caller = threading.Thread(
+            target=lambda: replies.append(httpx.post(url + "/api/v1/chat", json=body, timeout=30))
+        )
+        caller.start()
+        time.sleep(0.5)  # the turn is running
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.2)
+        late = httpx.post(url + "/api/v1/chat", json={**body, "seconds": 0}, timeout=5)
+        assert (late.status_code, late.json()["error"]) == (503, "SHUTTING_DOWN")
+        caller.join(30)
+        _, err = proc.communicate(timeout=20)  # the drain ends the process by itself
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate(timeout=10)
+    assert proc.returncode == 0, err
+    assert [r.status_code for r in replies] == [200]

@@ -2,8 +2,8 @@
 
 Shutdown (SIGTERM/SIGINT) is ordered so nothing in hand is lost: new chat requests are refused
 with 503, the Agent Runner finishes its in-flight turns, the response handler drains the replies
-they produced, and the process exits 0. The HTTP server is not waited for; it ends with the
-process.
+they produced, the HTTP server finishes the responses it is writing (at most
+``HTTP_DRAIN_SECONDS``), and the process exits 0.
 """
 
 from __future__ import annotations
@@ -29,6 +29,7 @@ from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFa
 logger = logging.getLogger(__name__)
 
 OUTPUT_DRAIN_SECONDS = 2.0
+HTTP_DRAIN_SECONDS = 5.0
 
 
 class IOHandler:
@@ -84,6 +85,7 @@ class IOHandler:
             )
         )
         self._stopped = threading.Event()
+        self._api_done = threading.Event()
         METRICS.add_collector(self._sample_depth)
 
     @classmethod
@@ -109,6 +111,12 @@ class IOHandler:
         ThreadRunner.run(tasks, exit_on_shutdown=exit_on_shutdown)
         self.server.should_exit = True
 
+    def _serve_http(self) -> None:
+        try:
+            self.server.run()
+        finally:
+            self._api_done.set()
+
     def stop(self) -> None:
         """Stop this handler without touching the process-wide shutdown state (tests)."""
         self._stopped.set()
@@ -133,6 +141,7 @@ class IOHandler:
         self.output_loop.stop()
         self.output_loop.wait_stopped()
         self.server.should_exit = True
+        self._api_done.wait(HTTP_DRAIN_SECONDS)  # let responses being written reach the client
 
     def _drain_output(self) -> None:
         depth = getattr(self.transport, "depth", None)
