@@ -26,3 +26,19 @@ def test_core_modules_import_no_optional_dependency() -> None:
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
     assert out.stdout.strip() == "[]"
+
+
+def test_a_missing_extra_is_named_with_the_install_command() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['nats'] = None  # as if nats-py were not installed\n"
+        "from agentkernel.pipeline.transport.base import QueueTransportFactory\n"
+        "try:\n"
+        "    QueueTransportFactory.create({'type': 'nats', 'nats': {}})\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "execution.queues.type: nats requires the 'nats' extra: pip install 'agentkernel[nats]'"
+    )

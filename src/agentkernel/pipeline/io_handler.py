@@ -85,7 +85,6 @@ class IOHandler:
             )
         )
         self._stopped = threading.Event()
-        self._api_done = threading.Event()
         METRICS.add_collector(self._sample_depth)
 
     @classmethod
@@ -111,12 +110,6 @@ class IOHandler:
         ThreadRunner.run(tasks, exit_on_shutdown=exit_on_shutdown)
         self.server.should_exit = True
 
-    def _serve_http(self) -> None:
-        try:
-            self.server.run()
-        finally:
-            self._api_done.set()
-
     def stop(self) -> None:
         """Stop this handler without touching the process-wide shutdown state (tests)."""
         self._stopped.set()
@@ -140,8 +133,14 @@ class IOHandler:
         self._drain_output()
         self.output_loop.stop()
         self.output_loop.wait_stopped()
+        self._drain_http()
         self.server.should_exit = True
-        self._api_done.wait(HTTP_DRAIN_SECONDS)  # let responses being written reach the client
+
+    def _drain_http(self) -> None:
+        """Let requests still being answered (replies just stored) reach their clients."""
+        deadline = time.monotonic() + HTTP_DRAIN_SECONDS
+        while self.server.server_state.tasks and time.monotonic() < deadline:
+            time.sleep(0.02)
 
     def _drain_output(self) -> None:
         depth = getattr(self.transport, "depth", None)

@@ -141,14 +141,21 @@ class QueueTransportFactory:
 
             return InMemoryTransport.from_config(block)
         if kind == "sqs":
+            for name in ("input", "output"):
+                if not getattr(block, name).url:
+                    raise AKConfigError(
+                        f"execution.queues.{name}.url: required when execution.queues.type is 'sqs'"
+                    )
             with require_extra("sqs", "execution.queues.type: sqs"):
                 from agentkernel.pipeline.transport.sqs import SQSTransport
             return SQSTransport.from_config(block)
         if kind == "nats":
+            require_block(block, "nats")
             with require_extra("nats", "execution.queues.type: nats"):
                 from agentkernel.pipeline.transport.nats import NatsTransport
             return NatsTransport.from_config(block)
         if kind == "kafka":
+            require_block(block, "kafka")
             with require_extra("kafka", "execution.queues.type: kafka"):
                 from agentkernel.pipeline.transport.kafka import KafkaTransport
             return KafkaTransport.from_config(block)
