@@ -24,8 +24,8 @@ import contextlib
 import json
 import logging
 import threading
+import time
 import zlib
-from collections import deque
 from typing import Any, ClassVar
 
 import nats
@@ -48,6 +48,8 @@ from agentkernel.pipeline.transport.base import QueueTransport, TransportConsume
 logger = logging.getLogger(__name__)
 
 ENVELOPE_HEADER = "Ak-Envelope"
+PULL_EXPIRY_SECONDS = 5.0
+REFRESH_AFTER_SECONDS = 1.0
 _ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
 
 
@@ -237,7 +239,14 @@ class NatsTransport(QueueTransport):
 
 
 class NatsConsumer(TransportConsumer):
-    """Pulls from every partition of one stream at once; returns whatever arrives first."""
+    """Keeps one pull request open per partition and hands out whatever arrives.
+
+    A pull task per partition runs on the connection's loop and feeds a local queue, so a fetch
+    costs no round trip and a message reaches the consumer as soon as the server releases it.
+    With ``max_ack_pending=1`` at most one message per partition waits in that queue. A message
+    that waited there a while gets its lease restarted when handed out; one that waited longer
+    than ``ack_wait`` has been redelivered by the server already and is dropped.
+    """
 
     def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
         self._transport = transport
@@ -248,8 +257,22 @@ class NatsConsumer(TransportConsumer):
             transport.run(js.pull_subscribe_bind(f"{self._stream}-p{p}", self._stream))
             for p in range(self._settings.partitions)
         ]
-        self._buffer: deque[QueueMessage] = deque()
+        self._arrivals: asyncio.Queue[tuple[float, Any]] = transport.run(_new_queue())
+        self._pullers: list[asyncio.Task[None]] = transport.run(self._start_pullers())
         self._closed = False
+
+    async def _start_pullers(self) -> list[asyncio.Task[None]]:
+        return [asyncio.ensure_future(self._pull_forever(sub)) for sub in self._subs]
+
+    async def _pull_forever(self, sub: Any) -> None:
+        while True:
+            try:
+                for msg in await sub.fetch(1, timeout=PULL_EXPIRY_SECONDS):
+                    self._arrivals.put_nowait((time.monotonic(), msg))
+            except (TimeoutError, NatsTimeoutError):
+                continue
+            except NatsError:  # disconnected or reconnecting: try again shortly
+                await asyncio.sleep(0.5)
 
     @property
     def lease_seconds(self) -> float:
@@ -258,37 +281,28 @@ class NatsConsumer(TransportConsumer):
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
         if self._closed:
             raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
-        if not self._buffer:
-            wait = max(wait_seconds, 0.05)
-            raw = self._transport.run(self._pull_all(wait), wait + self._settings.request_timeout)
-            self._buffer.extend(self._decode(m) for m in raw)
-            return self._take(batch_size, refresh=False)
-        return self._take(batch_size, refresh=True)
-
-    def _take(self, batch_size: int, refresh: bool) -> list[QueueMessage]:
-        out = [self._buffer.popleft() for _ in range(min(batch_size, len(self._buffer)))]
-        if refresh:  # buffered since an earlier fetch: restart their ack timers
-            for message in out:
+        wait = max(wait_seconds, 0.0)
+        arrived = self._transport.run(self._next(batch_size, wait), wait + 5)
+        now, out = time.monotonic(), []
+        for received_at, msg in arrived:
+            age = now - received_at
+            if age >= self._settings.ack_wait:
+                continue  # its lease ran out while it waited here: the server redelivered it
+            message = self._decode(msg)
+            if age > REFRESH_AFTER_SECONDS:
                 self.extend_lease(message)
+            out.append(message)
         return out
 
-    async def _pull_all(self, wait: float) -> list[Any]:
-        tasks = [asyncio.ensure_future(_pull_one(sub, wait)) for sub in self._subs]
-        got: list[Any] = []
+    async def _next(self, batch_size: int, wait: float) -> list[tuple[float, Any]]:
         try:
-            pending: set[asyncio.Future[list[Any]]] = set(tasks)
-            while pending and not got:
-                done, pending = await asyncio.wait(pending, return_when=asyncio.FIRST_COMPLETED)
-                for task in done:
-                    got.extend(task.result())
-            if pending and got:  # a moment for messages that arrived together
-                done, pending = await asyncio.wait(pending, timeout=0.005)
-                for task in done:
-                    got.extend(task.result())
-        finally:
-            for task in tasks:
-                task.cancel()
-        return got
+            first = await asyncio.wait_for(self._arrivals.get(), wait) if wait else None
+        except TimeoutError:
+            return []
+        out = [] if first is None else [first]
+        while len(out) < batch_size and not self._arrivals.empty():
+            out.append(self._arrivals.get_nowait())
+        return out
 
     def _decode(self, msg: Any) -> QueueMessage:
         headers = msg.headers or {}
@@ -322,17 +336,21 @@ class NatsConsumer(TransportConsumer):
         if self._closed:
             return
         self._closed = True
-        for message in self._buffer:  # handed to us but never handed out: give them back now
-            with contextlib.suppress(TransportError):
-                self._transport.run(message.native.nak())
-        self._buffer.clear()
+        with contextlib.suppress(TransportError):
+            self._transport.run(self._stop_pullers())
         for sub in self._subs:
             with contextlib.suppress(TransportError, NatsError):
                 self._transport.run(sub.unsubscribe())
 
+    async def _stop_pullers(self) -> None:
+        for task in self._pullers:
+            task.cancel()
+        await asyncio.gather(*self._pullers, return_exceptions=True)
+        while not self._arrivals.empty():  # received but never handed out: give them back now
+            _, msg = self._arrivals.get_nowait()
+            with contextlib.suppress(*_ERRORS):
+                await msg.nak()
 
-async def _pull_one(sub: Any, wait: float) -> list[Any]:
-    try:
-        return list(await sub.fetch(1, timeout=wait))
-    except (TimeoutError, NatsTimeoutError):
-        return []
+
+async def _new_queue() -> asyncio.Queue[tuple[float, Any]]:
+    return asyncio.Queue()  # created on the loop that will use it
