@@ -77,3 +77,13 @@ def test_factory_errors_name_the_key() -> None:
         create_session_store(SessionConfig(type="redis"))
     with pytest.raises(AKConfigError, match="unknown session store"):
         create_session_store(SessionConfig(type="mongo"))
+
+
+def test_in_memory_store_forgets_expired_sessions() -> None:
+    store = InMemorySessionStore(ttl=0.2)
+    for i in range(100):
+        store.save(f"old-{i}", {"i": i})
+    time.sleep(0.3)
+    store.save("new", {"n": 1})
+    assert len(store) == 1
+    assert store.load("new") == {"n": 1}

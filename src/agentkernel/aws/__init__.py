@@ -16,15 +16,18 @@ if TYPE_CHECKING:
         ECSQueueRequestHandler,
         ECSSQSConsumer,
     )
+    from agentkernel.aws.scaling import BacklogPublisher, backlog_per_task
     from agentkernel.pipeline.consumer import QueueConsumer
 
 __all__ = [
+    "BacklogPublisher",
     "ECSAgentRunner",
     "ECSIOHandler",
     "ECSOutputConsumer",
     "ECSQueueRequestHandler",
     "ECSSQSConsumer",
     "QueueConsumer",
+    "backlog_per_task",
 ]
 
 _LAZY = {
@@ -34,6 +37,8 @@ _LAZY = {
     "ECSQueueRequestHandler": "agentkernel.aws.ecs",
     "ECSSQSConsumer": "agentkernel.aws.ecs",
     "QueueConsumer": "agentkernel.pipeline.consumer",
+    "BacklogPublisher": "agentkernel.aws.scaling",
+    "backlog_per_task": "agentkernel.aws.scaling",
 }
 
 

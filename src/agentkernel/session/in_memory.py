@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from agentkernel.session.base import SessionStore
@@ -12,6 +13,9 @@ from agentkernel.session.base import SessionStore
 
 class InMemorySessionStore(SessionStore):
     """State kept as JSON text per session, so what an agent stores is checked to be JSON.
+
+    Sessions are kept in order of their last save, which is also their order of expiry, so
+    expired ones are dropped from the front on every save.
 
     Args:
         ttl: seconds a session's state lives after its last save.
@@ -21,7 +25,7 @@ class InMemorySessionStore(SessionStore):
 
     def __init__(self, ttl: float = 604800.0) -> None:
         self._ttl = ttl
-        self._data: dict[str, tuple[float, str]] = {}
+        self._data: OrderedDict[str, tuple[float, str]] = OrderedDict()
         self._lock = threading.Lock()
 
     def load(self, session_id: str) -> dict[str, Any]:
@@ -34,5 +38,13 @@ class InMemorySessionStore(SessionStore):
 
     def save(self, session_id: str, state: dict[str, Any]) -> None:
         text = json.dumps(state)
+        now = time.monotonic()
         with self._lock:
-            self._data[session_id] = (time.monotonic() + self._ttl, text)
+            self._data[session_id] = (now + self._ttl, text)
+            self._data.move_to_end(session_id)
+            while self._data and next(iter(self._data.values()))[0] <= now:
+                self._data.popitem(last=False)
+
+    def __len__(self) -> int:
+        with self._lock:
+            return len(self._data)
