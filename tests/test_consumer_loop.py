@@ -280,3 +280,32 @@ def test_messages_of_one_group_in_one_batch_run_one_by_one() -> None:
         runs = spans[group]
         assert all(b[0] >= a[1] for a, b in itertools.pairwise(runs))
     assert [b for b in consumer.acked if int(b) % 2] == ["1", "3", "5", "7", "9"]
+
+
+@pytest.mark.parametrize(("declared", "expected"), [(None, 1.0), (20.0, 20.0), (0.25, 0.25)])
+def test_fetch_waits_are_sliced_to_the_consumer_declaration(
+    declared: float | None, expected: float
+) -> None:
+    waits: list[float] = []
+
+    class Recording(TransportConsumer):
+        fetch_wait_slice_seconds = declared
+
+        def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+            waits.append(wait_seconds)
+            time.sleep(0.01)
+            return []
+
+        def ack(self, message: QueueMessage) -> None:
+            pass
+
+    loop = ConsumerLoop(
+        process=print,
+        on_permanent_failure=print,
+        consumer_factory=Recording,
+        wait_seconds=20.0,
+        exit_on_shutdown=False,
+    )
+    with Runner(loop):
+        wait_until(lambda: len(waits) >= 2)
+    assert set(waits) == {expected}

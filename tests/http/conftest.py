@@ -39,6 +39,10 @@ async def flaky(turn):  # type: ignore[no-untyped-def]
     raise RetryableError("rate limited")
 
 
+async def trace(turn):  # type: ignore[no-untyped-def]
+    return turn.traceparent
+
+
 async def words(turn):  # type: ignore[no-untyped-def]
     for word in turn.prompt.split():
         yield word + " "
@@ -52,6 +56,7 @@ def registry() -> AgentRegistry:
         ("broken", broken),
         ("flaky", flaky),
         ("words", words),
+        ("trace", trace),
     ):
         reg.register(Agent(name, fn, f"{name} test agent"))
     return reg

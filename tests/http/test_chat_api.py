@@ -82,6 +82,22 @@ def test_retryable_failure_ends_in_an_error_reply(server: Server) -> None:
     doc = response.json()
     assert doc["error"] == "TURN_FAILED"
     assert ATTEMPTS[doc["request_id"]] == 2  # max_receive_count is 2 in these tests
+    metrics = server.client.get("/metrics").text
+    assert 'agentkernel_redeliveries_total{queue="input"} 2' in metrics  # deliveries 2 and 3
+    assert 'agentkernel_permanent_failures_total{queue="input"} 1' in metrics
+    assert 'agentkernel_turns_total{agent="flaky",status="retry"} 2' in metrics
+
+
+def test_trace_context_travels_through_the_queue(server: Server) -> None:
+    traceparent = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+    response = server.client.post(
+        "/api/v1/chat",
+        json={"session_id": "t", "prompt": "x", "agent": "trace"},
+        headers={"traceparent": traceparent},
+    )
+    assert response.json()["result"] == traceparent
+    fresh = chat(server, "t", "y", agent="trace").json()["result"]
+    assert fresh.startswith("00-") and fresh != traceparent  # a new trace when none was sent
 
 
 def test_timeout_answers_504_with_the_request_id_to_poll(start_server) -> None:  # type: ignore[no-untyped-def]
@@ -156,7 +172,7 @@ def test_service_routes(server: Server) -> None:
     ready = server.client.get("/ready")
     assert (ready.status_code, ready.json()["status"]) == (200, "ready")
     names = [a["name"] for a in server.client.get("/api/v1/agents").json()["agents"]]
-    assert names == ["echo", "slow", "broken", "flaky", "words"]
+    assert names == ["echo", "slow", "broken", "flaky", "words", "trace"]
     chat(server, "m", "x")
     metrics = server.client.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")

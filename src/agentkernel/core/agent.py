@@ -43,6 +43,8 @@ class Turn:
         state: per-session JSON state; mutate it to keep data for the next turn.
         extra: any additional fields the client sent with the request.
         attempt: 1-based delivery number of this turn (above 1 after a retry).
+        traceparent: W3C trace context of the request, carried through the queue, for
+            correlating the agent's own spans and logs with the HTTP request.
     """
 
     prompt: str
@@ -52,6 +54,7 @@ class Turn:
     state: dict[str, Any] = field(default_factory=dict)
     extra: dict[str, Any] = field(default_factory=dict)
     attempt: int = 1
+    traceparent: str | None = None
 
 
 Handler = Callable[[Turn], Any]

@@ -149,6 +149,7 @@ class AgentRunner(QueueConsumer):
             state=state,
             extra=body.model_extra or {},
             attempt=message.receive_count,
+            traceparent=message.attributes.get(ATTR_TRACEPARENT),
         )
         status, doc = await self._execute(agent, turn)
         await self._reply(message, status, doc)
