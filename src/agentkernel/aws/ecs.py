@@ -28,7 +28,7 @@ from agentkernel.pipeline.transport.base import (
 
 def ecs_config(config: AKConfig | None = None) -> AKConfig:
     """The configuration with the ECS defaults: SQS queues, DynamoDB replies when a table is set."""
-    config = config or AKConfig.get()
+    config = config if config is not None else AKConfig.get()
     execution = config.execution
     queues, store = execution.queues, execution.response_store
     if queues.type == "in_memory":

@@ -183,7 +183,7 @@ class Module:
 
     def __init__(self, agents: Iterable[Agent], registry: AgentRegistry | None = None) -> None:
         self.agents = list(agents)
-        self.registry = registry or AgentRegistry.default()
+        self.registry = registry if registry is not None else AgentRegistry.default()
         done: list[Agent] = []
         try:
             for agent in self.agents:

@@ -80,12 +80,14 @@ class AgentRunner(QueueConsumer):
         queues: QueuesConfig | None = None,
         runner: RunnerConfig | None = None,
     ) -> None:
-        config = AKConfig.get() if queues is None or runner is None or sessions is None else None
         self.transport = transport
-        self.registry = registry or AgentRegistry.default()
-        self.sessions = sessions or create_session_store(config.session)  # type: ignore[union-attr]
-        self.queues = queues or config.execution.queues  # type: ignore[union-attr]
-        self.runner = runner or config.execution.runner  # type: ignore[union-attr]
+        self.registry = registry if registry is not None else AgentRegistry.default()
+        if sessions is None or queues is None or runner is None:
+            config = AKConfig.get()
+            sessions = sessions if sessions is not None else create_session_store(config.session)
+            queues = queues if queues is not None else config.execution.queues
+            runner = runner if runner is not None else config.execution.runner
+        self.sessions, self.queues, self.runner = sessions, queues, runner
 
     # -- entry points ----------------------------------------------------------------------
 

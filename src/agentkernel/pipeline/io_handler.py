@@ -53,11 +53,13 @@ class IOHandler:
         transport: QueueTransport | None = None,
         store: ResponseStore | None = None,
     ) -> None:
-        self.config = config or AKConfig.get()
+        self.config = config if config is not None else AKConfig.get()
         execution = self.config.execution
-        self.transport = transport or QueueTransportFactory.create(execution.queues)
-        self.store = store or create_response_store(execution.response_store)
-        self.registry = registry or AgentRegistry.default()
+        self.transport = (
+            transport if transport is not None else QueueTransportFactory.create(execution.queues)
+        )
+        self.store = store if store is not None else create_response_store(execution.response_store)
+        self.registry = registry if registry is not None else AgentRegistry.default()
         if with_runner is None:
             with_runner = execution.queues.type == "in_memory"
         self.api = RequestHandler(self.transport, self.store, self.config, self.registry)

@@ -89,8 +89,8 @@ class RequestHandler:
     ) -> None:
         self.transport = transport
         self.store = store
-        self.config = config or AKConfig.get()
-        self.registry = registry or AgentRegistry.default()
+        self.config = config if config is not None else AKConfig.get()
+        self.registry = registry if registry is not None else AgentRegistry.default()
 
     def build_app(self) -> FastAPI:
         """The application with every route of the HTTP API."""

@@ -53,7 +53,7 @@ class ResponseHandler(QueueConsumer):
     ) -> None:
         self.transport = transport
         self.store = store
-        self.queues = queues or AKConfig.get().execution.queues
+        self.queues = queues if queues is not None else AKConfig.get().execution.queues
 
     def consumer_loop(
         self, exit_on_shutdown: bool = True, stop_on_shutdown: bool = True

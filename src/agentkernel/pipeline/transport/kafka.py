@@ -88,7 +88,7 @@ class KafkaTransport(QueueTransport):
             QueueName.INPUT: settings.input_topic,
             QueueName.OUTPUT: settings.output_topic,
         }
-        self.bookkeeping = bookkeeping or _bookkeeping(settings)
+        self.bookkeeping = bookkeeping if bookkeeping is not None else _bookkeeping(settings)
         self._producer: Any = None
         self._lock = threading.Lock()
         self._admin = AdminClient(self._conf())
