@@ -6,9 +6,13 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.thread_runner import ThreadRunner
-from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+pytest.register_assert_rewrite(
+    "agentkernel.pipeline.testing", "agentkernel.pipeline.response_store.testing"
+)
+
+from agentkernel.core.config import AKConfig  # noqa: E402
+from agentkernel.pipeline.thread_runner import ThreadRunner  # noqa: E402
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

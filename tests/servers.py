@@ -59,18 +59,20 @@ def _bin(name: str) -> str | None:
 
 
 class Moto:
-    """A ``moto_server`` on a free port (SQS, DynamoDB, CloudWatch, ECS, API Gateway)."""
+    """moto's server on a free port (SQS, DynamoDB, CloudWatch, ECS, API Gateway)."""
 
     def __init__(self) -> None:
         import httpx
 
-        binary = _bin("moto_server")
-        if binary is None:
-            raise RuntimeError("moto_server is not installed (pip install 'moto[server]')")
+        try:
+            import moto.server  # noqa: F401
+        except ImportError as exc:
+            raise RuntimeError("moto is not installed (pip install 'moto[server]')") from exc
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        launcher = Path(__file__).with_name("moto_server.py")  # moto + a fix for a receive race
         self.proc = subprocess.Popen(
-            [binary, "-H", "127.0.0.1", "-p", str(self.port)],
+            [sys.executable, str(launcher), "-H", "127.0.0.1", "-p", str(self.port)],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,
         )

@@ -14,6 +14,9 @@ comment saying why. The cases that check a declared-off capability are removed f
 subclass's suite (they are not skipped: nothing is silently passed over at run time).
 Time-dependent cases call :meth:`advance`, which sleeps by default and which an in-process
 transport may override to move a fake clock instead.
+
+For detailed assertion messages, call ``pytest.register_assert_rewrite(
+"agentkernel.pipeline.testing")`` in your ``conftest.py`` before importing this module.
 """
 
 from __future__ import annotations
@@ -371,8 +374,10 @@ class QueueTransportContract:
     def test_concurrent_producers_and_consumers_lose_nothing(
         self, transport: QueueTransport
     ) -> None:
+        """Nothing lost, each group in order; a repeat is only allowed as a real redelivery
+        (``receive_count > 1``, e.g. an ack that came after the lease under load)."""
         groups, per_group = 6, 15
-        received: dict[str, list[int]] = defaultdict(list)
+        received: dict[str, list[tuple[int, int]]] = defaultdict(list)
         lock = threading.Lock()
         done = threading.Event()
 
@@ -385,8 +390,10 @@ class QueueTransportContract:
             while not done.is_set():
                 for m in consumer.fetch(4, 0.2):
                     with lock:
-                        received[m.group_id or ""].append(int(m.body))
-                        if sum(map(len, received.values())) == groups * per_group:
+                        received[m.group_id or ""].append((int(m.body), m.receive_count))
+                        if len({(g, b) for g, seq in received.items() for b, _ in seq}) == (
+                            groups * per_group
+                        ):
                             done.set()
                     consumer.ack(m)
 
@@ -399,6 +406,12 @@ class QueueTransportContract:
         done.set()
         for t in threads:
             t.join(10)
-        assert {g: seq for g, seq in received.items()} == {
-            name: list(range(per_group)) for name in names
-        }
+        assert sorted(received) == sorted(names), f"groups seen: {sorted(received)}"
+        for name in names:
+            deliveries = received[name]
+            firsts = list(dict.fromkeys(body for body, _ in deliveries))
+            assert firsts == list(range(per_group)), f"{name} lost or reordered: {deliveries}"
+            seen: set[int] = set()
+            for body, count in deliveries:
+                assert body not in seen or count > 1, f"{name} delivered twice: {deliveries}"
+                seen.add(body)

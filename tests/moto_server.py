@@ -1,0 +1,44 @@
+"""Start moto's server with one fix for a race in its SQS FIFO receive.
+
+moto's ``receive_message`` reads the set of in-flight message groups once per call and takes no
+lock, so two receive calls that overlap can each take a message from the same group: two turns of
+one session in flight at once, which AWS never does. Short polls (``WaitTimeSeconds=0``) are
+serialised here so concurrent consumers see each other's groups, as on AWS; the lock is held for
+a few milliseconds. Long polls are left as moto has them (their group-lock defect is declared on
+the SQS contract subclass instead of being hidden).
+
+Usage: python tests/moto_server.py -H 127.0.0.1 -p PORT   (the moto_server arguments)
+"""
+
+from __future__ import annotations
+
+import functools
+import threading
+from typing import Any
+
+from moto.server import main
+from moto.sqs.models import SQSBackend
+
+_receive = SQSBackend.receive_message
+_lock = threading.Lock()
+
+
+@functools.wraps(_receive)
+def _serialised_receive(
+    self: SQSBackend,
+    queue_name: str,
+    count: int,
+    wait_seconds_timeout: int,
+    *args: Any,
+    **kwargs: Any,
+) -> Any:
+    if wait_seconds_timeout:
+        return _receive(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
+    with _lock:
+        return _receive(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
+
+
+SQSBackend.receive_message = _serialised_receive  # type: ignore[method-assign]
+
+if __name__ == "__main__":
+    main()
