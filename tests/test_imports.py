@@ -42,3 +42,53 @@ def test_a_missing_extra_is_named_with_the_install_command() -> None:
     assert out.stdout.strip() == (
         "execution.queues.type: nats requires the 'nats' extra: pip install 'agentkernel[nats]'"
     )
+
+
+def test_the_public_names_import_from_their_documented_paths() -> None:
+    from agentkernel import Agent, Module, RetryableError, Turn
+    from agentkernel.aws import (
+        BacklogPublisher,
+        ECSAgentRunner,
+        ECSIOHandler,
+        ECSOutputConsumer,
+        ECSQueueRequestHandler,
+        ECSSQSConsumer,
+        QueueConsumer,
+    )
+    from agentkernel.core.config import AKConfig, AKConfigError, require_extra
+    from agentkernel.pipeline import ConsumerLoop, QueueMessage, QueueName, ThreadRunner
+    from agentkernel.pipeline.testing import QueueTransportContract
+    from agentkernel.pipeline.transport.base import (
+        QueueTransport,
+        QueueTransportFactory,
+        TransportConsumer,
+    )
+    from agentkernel.pipeline.transport.bookkeeping import BookkeepingStore
+    from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+
+    assert issubclass(ECSAgentRunner, QueueConsumer) and issubclass(
+        ECSOutputConsumer, ECSSQSConsumer
+    )
+    assert issubclass(InMemoryTransport, QueueTransport)
+    assert {QueueName.INPUT.value, QueueName.OUTPUT.value} == {"input", "output"}
+    assert all(
+        (
+            Agent,
+            Module,
+            RetryableError,
+            Turn,
+            BacklogPublisher,
+            ECSIOHandler,
+            ECSQueueRequestHandler,
+            AKConfig,
+            AKConfigError,
+            require_extra,
+            ConsumerLoop,
+            QueueMessage,
+            ThreadRunner,
+            QueueTransportContract,
+            QueueTransportFactory,
+            TransportConsumer,
+            BookkeepingStore,
+        )
+    )

@@ -5,8 +5,9 @@ Imported lazily, so ``import agentkernel.aws`` costs nothing until a class is us
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from agentkernel.aws.ecs import (
@@ -42,7 +43,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentkernel.aws' has no attribute {name!r}")
+__getattr__ = lazy_getattr("agentkernel.aws", _LAZY)

@@ -5,8 +5,9 @@ Names are imported lazily so that ``import agentkernel.pipeline`` stays cheap.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
@@ -24,7 +25,4 @@ _LAZY = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        return getattr(importlib.import_module(_LAZY[name]), name)
-    raise AttributeError(f"module 'agentkernel.pipeline' has no attribute {name!r}")
+__getattr__ = lazy_getattr("agentkernel.pipeline", _LAZY)

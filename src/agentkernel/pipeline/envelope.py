@@ -11,7 +11,6 @@ ATTR_REQUEST_ID = "request_id"
 ATTR_USER_ID = "user_id"
 ATTR_STATUS_CODE = "status_code"
 ATTR_TRACEPARENT = "traceparent"
-ATTR_STREAM = "stream"
 
 
 class QueueName(StrEnum):

@@ -65,10 +65,6 @@ class Metrics:
         with self._lock:
             self._collectors.append(collect)
 
-    def value(self, name: str, **labels: str) -> float:
-        with self._lock:
-            return self._values[name].get(_labels(labels), 0.0)
-
     def render(self) -> str:
         """The registry in Prometheus text exposition format 0.0.4."""
         for collect in list(self._collectors):
