@@ -47,7 +47,6 @@ def test_a_missing_extra_is_named_with_the_install_command() -> None:
 def test_the_public_names_import_from_their_documented_paths() -> None:
     from agentkernel import Agent, Module, RetryableError, Turn
     from agentkernel.aws import (
-        BacklogPublisher,
         ECSAgentRunner,
         ECSIOHandler,
         ECSOutputConsumer,
@@ -77,7 +76,6 @@ def test_the_public_names_import_from_their_documented_paths() -> None:
             Module,
             RetryableError,
             Turn,
-            BacklogPublisher,
             ECSIOHandler,
             ECSQueueRequestHandler,
             AKConfig,

@@ -72,7 +72,27 @@ def test_unknown_service_is_a_config_error(aws: str) -> None:
         BacklogPublisher(create_fifo(f"q-{tag}"), f"c-{tag}", "missing").publish()
 
 
+def test_scaling_without_the_aws_extra_names_it() -> None:
+    import subprocess
+    import sys
+
+    code = (
+        "import sys; sys.modules['boto3'] = None\n"
+        "try:\n    from agentkernel.aws import BacklogPublisher\n"
+        "except ImportError as exc:\n    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert "pip install 'agentkernel[aws]'" in out.stdout
+
+
 def test_lambda_needs_its_settings(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.delenv("ECS_CLUSTER", raising=False)
     with pytest.raises(AKConfigError, match="ECS_CLUSTER"):
         lambda_handler({}, None)
+
+
+def test_scaling_names_are_exported() -> None:
+    from agentkernel.aws import BacklogPublisher as Exported
+    from agentkernel.aws import backlog_per_task as exported
+
+    assert Exported is BacklogPublisher and exported is backlog_per_task

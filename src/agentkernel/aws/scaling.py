@@ -17,10 +17,12 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-import boto3
-
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
+from agentkernel.core.extras import require_extra
+
+with require_extra("aws", "agentkernel.aws.scaling"):
+    import boto3
 
 logger = logging.getLogger(__name__)
 
