@@ -141,11 +141,7 @@ class QueueTransportFactory:
 
             return InMemoryTransport.from_config(block)
         if kind == "sqs":
-            for name in ("input", "output"):
-                if not getattr(block, name).url:
-                    raise AKConfigError(
-                        f"execution.queues.{name}.url: required when execution.queues.type is 'sqs'"
-                    )
+            require_queue_urls(block, "sqs")
             with require_extra("sqs", "execution.queues.type: sqs"):
                 from agentkernel.pipeline.transport.sqs import SQSTransport
             return SQSTransport.from_config(block)
@@ -183,3 +179,13 @@ def require_block(block: QueuesConfig, name: str) -> Any:
             f"execution.queues.{name}: block is required when execution.queues.type is '{name}'"
         )
     return value
+
+
+def require_queue_urls(block: QueuesConfig, kind: str) -> tuple[str, str]:
+    """Return the INPUT and OUTPUT queue URLs, or fail naming the one that is missing."""
+    for name in ("input", "output"):
+        if not getattr(block, name).url:
+            raise AKConfigError(
+                f"execution.queues.{name}.url: required when execution.queues.type is '{kind}'"
+            )
+    return block.input.url or "", block.output.url or ""

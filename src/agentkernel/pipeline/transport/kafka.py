@@ -38,7 +38,11 @@ from agentkernel.core.errors import (
     TransportError,
 )
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.base import (
+    QueueTransport,
+    TransportConsumer,
+    require_block,
+)
 from agentkernel.pipeline.transport.bookkeeping import (
     BookkeepingStore,
     InMemoryBookkeepingStore,
@@ -96,11 +100,8 @@ class KafkaTransport(QueueTransport):
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> KafkaTransport:
-        if block.kafka is None:
-            raise AKConfigError(
-                "execution.queues.kafka: block is required when execution.queues.type is 'kafka'"
-            )
-        return cls(block.kafka)
+        settings: KafkaQueueConfig = require_block(block, "kafka")
+        return cls(settings)
 
     def _conf(self, **extra: Any) -> dict[str, Any]:
         return {

@@ -43,7 +43,11 @@ from agentkernel.core.errors import (
 )
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.event_loop import LoopThread
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.base import (
+    QueueTransport,
+    TransportConsumer,
+    require_block,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -113,12 +117,9 @@ class NatsTransport(QueueTransport):
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> NatsTransport:
-        if block.nats is None:
-            raise AKConfigError(
-                "execution.queues.nats: block is required when execution.queues.type is 'nats'"
-            )
+        settings: NatsQueueConfig = require_block(block, "nats")
         return cls(
-            block.nats,
+            settings,
             {
                 QueueName.INPUT: block.input.max_receive_count + 1,
                 QueueName.OUTPUT: block.output.max_receive_count + 1,

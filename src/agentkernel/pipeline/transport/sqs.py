@@ -31,7 +31,11 @@ from agentkernel.core.errors import (
     TransportError,
 )
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.base import (
+    QueueTransport,
+    TransportConsumer,
+    require_queue_urls,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -122,15 +126,11 @@ class SQSTransport(QueueTransport):
     @classmethod
     def from_config(cls, block: QueuesConfig) -> SQSTransport:
         """Build from ``execution.queues``; both queue URLs are required."""
-        for name in ("input", "output"):
-            if not getattr(block, name).url:
-                raise AKConfigError(
-                    f"execution.queues.{name}.url: required when execution.queues.type is 'sqs'"
-                )
+        input_url, output_url = require_queue_urls(block, "sqs")
         sqs = block.sqs or SQSQueueConfig()
         return cls(
-            block.input.url or "",
-            block.output.url or "",
+            input_url,
+            output_url,
             region_name=sqs.region_name,
             endpoint_url=sqs.endpoint_url,
             wait_time_seconds=sqs.wait_time_seconds,
