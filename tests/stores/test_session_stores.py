@@ -1,4 +1,4 @@
-"""Session stores keep one JSON state per session: in memory, Redis (real), DynamoDB (moto)."""
+"""Every session store passes the same contract: in memory, Redis (real), DynamoDB (moto)."""
 
 from __future__ import annotations
 
@@ -8,65 +8,39 @@ import uuid
 import pytest
 
 from agentkernel.core.config import SessionConfig
-from agentkernel.core.errors import AKConfigError
+from agentkernel.core.errors import AKConfigError, SessionStoreError
 from agentkernel.session import SessionStore, create_session_store
 from agentkernel.session.dynamodb import DynamoDBSessionStore
 from agentkernel.session.in_memory import InMemorySessionStore
 from agentkernel.session.redis import RedisSessionStore
+from agentkernel.session.testing import SessionStoreContract
 
 from .test_response_stores import create_table
 
 
-class SessionStoreCases:
-    def make(self, ttl: float = 60) -> SessionStore:
-        raise NotImplementedError
-
-    def test_new_session_is_empty(self) -> None:
-        assert self.make().load(uuid.uuid4().hex) == {}
-
-    def test_state_round_trips_per_session(self) -> None:
-        store = self.make()
-        a, b = uuid.uuid4().hex, uuid.uuid4().hex
-        store.save(a, {"n": 1, "history": ["héllo", {"x": None}]})
-        store.save(b, {"n": 2})
-        assert store.load(a) == {"n": 1, "history": ["héllo", {"x": None}]}
-        assert store.load(b) == {"n": 2}
-
-    def test_state_that_is_not_json_is_refused(self) -> None:
-        with pytest.raises(TypeError):
-            self.make().save("s", {"bad": object()})
-
-    def test_state_expires(self) -> None:
-        store = self.make(ttl=1)
-        session = uuid.uuid4().hex
-        store.save(session, {"n": 1})
-        time.sleep(2.1)
-        assert store.load(session) == {}
-
-
-class TestInMemorySessions(SessionStoreCases):
-    def make(self, ttl: float = 60) -> SessionStore:
+class TestInMemorySessions(SessionStoreContract):
+    def make_store(self, ttl: float = 60) -> SessionStore:
         return InMemorySessionStore(ttl=ttl)
 
 
 @pytest.mark.redis
-class TestRedisSessions(SessionStoreCases):
+class TestRedisSessions(SessionStoreContract):
     @pytest.fixture(autouse=True)
     def _server(self, redis_url: str) -> None:
         self.url = redis_url
 
-    def make(self, ttl: float = 60) -> SessionStore:
+    def make_store(self, ttl: float = 60) -> SessionStore:
         return RedisSessionStore(self.url, prefix=f"t:{uuid.uuid4().hex}:", ttl=ttl)
 
 
 @pytest.mark.aws
-class TestDynamoDBSessions(SessionStoreCases):
+class TestDynamoDBSessions(SessionStoreContract):
     @pytest.fixture(autouse=True)
     def _server(self, aws: str) -> None:
         self.table = f"sessions-{uuid.uuid4().hex[:8]}"
         create_table(self.table, "session_id")
 
-    def make(self, ttl: float = 60) -> SessionStore:
+    def make_store(self, ttl: float = 60) -> SessionStore:
         return DynamoDBSessionStore(self.table, ttl=ttl)
 
 
@@ -87,3 +61,11 @@ def test_in_memory_store_forgets_expired_sessions() -> None:
     store.save("new", {"n": 1})
     assert len(store) == 1
     assert store.load("new") == {"n": 1}
+
+
+def test_unreachable_redis_raises_session_store_errors() -> None:
+    store = RedisSessionStore("redis://127.0.0.1:1/0")
+    with pytest.raises(SessionStoreError, match="session s"):
+        store.read("s")
+    with pytest.raises(SessionStoreError):
+        store.ping()

@@ -242,6 +242,12 @@ class RunnerConfig(_Block):
         description="Extend the message lease (visibility timeout, ack wait) while a turn runs, "
         "so a long turn is not delivered twice.",
     )
+    isolate_last_attempt: bool = Field(
+        True,
+        description="Run a turn on its last allowed delivery alone in its runner process, so a "
+        "turn that crashes the process (a poison turn) cannot use up the deliveries of turns "
+        "that were only running beside it.",
+    )
 
 
 class ExecutionConfig(_Block):

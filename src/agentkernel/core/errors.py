@@ -6,6 +6,8 @@
      |    +-- TransportClosedError      the consumer or transport was already closed
      |    +-- MessageRejectedError      the message breaks a broker limit (size, attributes)
      +-- ResponseStoreError       the response or session store failed
+     |    +-- SessionStoreError         the session store failed
+     |         +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
      +-- AgentNotFoundError       no agent with the requested name is registered
      +-- RetryableError           raised by an agent: run this turn again later
 
@@ -38,6 +40,14 @@ class MessageRejectedError(TransportError):
 
 class ResponseStoreError(AgentKernelError):
     """A response or session store operation failed."""
+
+
+class SessionStoreError(ResponseStoreError):
+    """The session store could not read or commit a session."""
+
+
+class StaleSessionError(SessionStoreError):
+    """A commit was refused: the session changed since it was read (a newer attempt won)."""
 
 
 class AgentNotFoundError(AgentKernelError):

@@ -2,29 +2,47 @@
 
 Turns run as asyncio tasks, so one process keeps up to ``execution.runner.max_in_flight`` turns
 going whatever its number of consumer threads; a session's next turn is only fetched once the
-previous one was acknowledged, which happens after its state was saved and its reply was sent.
+previous one was acknowledged.
+
+A turn's effects happen once: the runner reads the session record, runs the agent, then commits
+the new state together with the reply (keyed by ``request_id``, fenced by the session version),
+and only then sends the reply and acknowledges the message. A delivery of a turn that is already
+committed is not run again: its committed reply is sent again. Delivery stays at-least-once, so
+an agent's own side effects (a payment, an e-mail) should use ``turn.request_id`` as their
+idempotency key.
 
 Outcomes of a turn:
 
-- success: reply ``200 {"result", "session_id", "request_id", "agent"}``;
+- success: reply ``200 {"result", "session_id", "request_id", "agent"}``, state committed;
 - bad request on the queue (not JSON, missing fields): reply 400, not retried;
-- unknown agent: reply 404; the agent raised: reply 500 with a readable message, not retried;
-- the agent raised :class:`RetryableError`, or the reply could not be sent: the message is
-  delivered again, and after ``max_receive_count`` deliveries the caller gets a 500 reply.
+- unknown agent: reply 404; the agent raised: reply 500 ``AGENT_ERROR``, committed (so it is
+  not run again) with the state left as it was;
+- a reply the broker can never carry: 500 ``REPLY_TOO_LARGE``, state left as it was;
+- the agent raised :class:`RetryableError`, or the commit or the reply failed: the message is
+  delivered again, and after ``max_receive_count`` deliveries the caller gets 500
+  ``TURN_FAILED``.
 """
 
 from __future__ import annotations
 
+import copy
+import functools
 import json
 import logging
 import time
+from collections import OrderedDict
 from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkernel.core.agent import Agent, AgentRegistry, Turn
 from agentkernel.core.config import AKConfig, QueuesConfig, RunnerConfig
-from agentkernel.core.errors import AgentNotFoundError, RetryableError
+from agentkernel.core.errors import (
+    AgentNotFoundError,
+    MessageRejectedError,
+    RetryableError,
+    StaleSessionError,
+)
 from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
 from agentkernel.pipeline.envelope import (
@@ -38,7 +56,7 @@ from agentkernel.pipeline.envelope import (
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
-from agentkernel.session import SessionStore, create_session_store
+from agentkernel.session import SessionRecord, SessionStore, TurnOutcome, create_session_store
 
 logger = logging.getLogger(__name__)
 
@@ -88,6 +106,7 @@ class AgentRunner(QueueConsumer):
             queues = queues if queues is not None else config.execution.queues
             runner = runner if runner is not None else config.execution.runner
         self.sessions, self.queues, self.runner = sessions, queues, runner
+        self._last_errors = _LastErrors()
 
     # -- entry points ----------------------------------------------------------------------
 
@@ -112,6 +131,7 @@ class AgentRunner(QueueConsumer):
             batch_size=self.queues.batch_size or 1,
             max_in_flight=self.runner.max_in_flight,
             lease_extension=self.runner.lease_extension,
+            isolate_last_attempt=self.runner.isolate_last_attempt,
             queue=QueueName.INPUT,
             exit_on_shutdown=exit_on_shutdown,
         )
@@ -131,7 +151,11 @@ class AgentRunner(QueueConsumer):
             )
             await self._reply(message, 400, doc)
             return
-        await self._run_turn(message, body, request_id)
+        try:
+            await self._run_turn(message, body, request_id)
+        except Exception as exc:
+            self._last_errors.remember(request_id, exc)
+            raise
 
     async def _run_turn(self, message: QueueMessage, body: ChatTurnBody, request_id: str) -> None:
         session_id = body.session_id
@@ -142,42 +166,56 @@ class AgentRunner(QueueConsumer):
                 message, 404, error_doc("AGENT_NOT_FOUND", str(exc), session_id, request_id)
             )
             return
-        state = await call(self.sessions.nonblocking, self.sessions.load, session_id)
+        record = await self._read(session_id)
+        if record.is_committed(request_id):
+            await self._replay(message, session_id, record, request_id)
+            return
+        if self._runs_alone(message):
+            record = await self._start_trial(session_id, record, request_id)
         turn = Turn(
             prompt=body.prompt,
             session_id=session_id,
             request_id=request_id,
             agent=agent.name,
-            state=state,
+            state=copy.deepcopy(record.state),  # the record keeps the state before the turn
             extra=body.model_extra or {},
             attempt=message.receive_count,
             traceparent=message.attributes.get(ATTR_TRACEPARENT),
         )
-        status, doc = await self._execute(agent, turn)
-        await self._reply(message, status, doc)
+        status, doc, state = await self._execute(agent, turn)
+        outcome = TurnOutcome(request_id, status, json.dumps(doc))
+        await self._commit_and_reply(message, session_id, record, outcome, state)
 
-    async def _execute(self, agent: Agent, turn: Turn) -> tuple[int, dict[str, Any]]:
-        """Run the agent and save the state; returns the reply's status and body."""
+    async def _execute(
+        self, agent: Agent, turn: Turn
+    ) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
+        """Run the agent; returns the reply's status and body, and the state to commit."""
         started = time.perf_counter()
         METRICS.inc("agentkernel_turns_in_flight", 1)
         try:
             result = await agent.run(turn)
-            await call(self.sessions.nonblocking, self.sessions.save, turn.session_id, turn.state)
         except RetryableError:
             self._finished(turn.agent, "retry", started)
             raise
         except Exception as exc:
-            logger.warning(
-                "agent %s failed on request %s", turn.agent, turn.request_id, exc_info=True
+            logger.error(
+                "turn %s of session %s failed in agent %s on attempt %s: %s: %s",
+                turn.request_id,
+                turn.session_id,
+                turn.agent,
+                turn.attempt,
+                type(exc).__name__,
+                exc,
+                exc_info=True,
             )
             self._finished(turn.agent, "error", started)
             message = f"agent '{turn.agent}' failed: {type(exc).__name__}: {exc}"
-            return 500, error_doc("AGENT_ERROR", message, turn.session_id, turn.request_id)
+            return 500, error_doc("AGENT_ERROR", message, turn.session_id, turn.request_id), None
         finally:
             METRICS.inc("agentkernel_turns_in_flight", -1)
         self._finished(turn.agent, "ok", started)
         doc = {"result": result, "session_id": turn.session_id, "request_id": turn.request_id}
-        return 200, doc | {"agent": turn.agent}
+        return 200, doc | {"agent": turn.agent}, turn.state
 
     @staticmethod
     def _finished(agent: str, status: str, started: float) -> None:
@@ -191,24 +229,175 @@ class AgentRunner(QueueConsumer):
         if not request_id:
             logger.error("abandoning message %s: no request_id to answer", message.message_id)
             return
-        attempts = message.receive_count - 1
-        text = f"the turn failed on {attempts} attempts and was abandoned"
         session_id = _session_of(message)
-        await self._reply(message, 500, error_doc("TURN_FAILED", text, session_id, request_id))
+        record = await self._read(session_id)
+        if record.is_committed(request_id):  # it did finish; only its acknowledgement was lost
+            await self._replay(message, session_id, record, request_id)
+            return
+        if self._runs_alone(message) and record.trial != request_id:
+            # Its deliveries were all used up by crashes of turns running beside it: it never
+            # had its run alone. Give it that run now, answering it whatever happens.
+            logger.warning(
+                "turn %s of session %s used %s deliveries without running alone; running it",
+                request_id,
+                session_id,
+                message.receive_count - 1,
+            )
+            try:
+                await self.process_message(message)
+                return
+            except Exception as exc:  # answered below, as this may be the last delivery
+                self._last_errors.remember(request_id, exc)
+                record = await self._read(session_id)
+        attempts = message.receive_count - 1
+        logger.error(
+            "turn %s of session %s failed on %s attempts and is abandoned; last error: %s",
+            request_id,
+            session_id,
+            attempts,
+            self._last_errors.get(request_id),
+        )
+        text = f"the turn failed on {attempts} attempts and was abandoned"
+        outcome = TurnOutcome(
+            request_id, 500, json.dumps(error_doc("TURN_FAILED", text, session_id, request_id))
+        )
+        await self._commit_and_reply(message, session_id, record, outcome, None)
+
+    # -- committing and replying ---------------------------------------------------------------
+
+    def _runs_alone(self, message: QueueMessage) -> bool:
+        """Whether this delivery runs alone in the process (see ``isolate_last_attempt``)."""
+        last = self.queues.input.max_receive_count
+        return self.runner.isolate_last_attempt and 1 < message.receive_count >= last
+
+    async def _start_trial(
+        self, session_id: str, record: SessionRecord, request_id: str
+    ) -> SessionRecord:
+        """Note in the session that the turn's run alone has begun (see the consumer loop)."""
+        trial = record.on_trial(request_id)
+        write = functools.partial(self.sessions.write, expected_version=record.version)
+        await call(self.sessions.nonblocking, write, session_id, trial)
+        return trial
+
+    async def _read(self, session_id: str) -> SessionRecord:
+        return await call(self.sessions.nonblocking, self.sessions.read, session_id)
+
+    async def _commit_and_reply(
+        self,
+        message: QueueMessage,
+        session_id: str,
+        base: SessionRecord,
+        outcome: TurnOutcome,
+        state: dict[str, Any] | None,
+    ) -> None:
+        """Commit the turn's outcome and state at ``base``'s version, then send the reply.
+
+        Losing the commit to another attempt of the same turn re-sends that attempt's reply;
+        losing it to a different turn raises, so the turn runs again on the newer state.
+        """
+        commit = self.sessions.commit
+        try:
+            await call(self.sessions.nonblocking, commit, session_id, base, outcome, state)
+        except StaleSessionError:
+            fresh = await self._read(session_id)
+            if not fresh.is_committed(outcome.request_id):
+                raise
+            logger.warning(
+                "turn %s of session %s was committed by another attempt; keeping that one",
+                outcome.request_id,
+                session_id,
+            )
+            await self._replay(message, session_id, fresh, outcome.request_id)
+            return
+        try:
+            await self._send(message, session_id, outcome)
+        except MessageRejectedError as exc:
+            await self._reject_reply(message, session_id, base.advance(outcome, state), exc, base)
+
+    async def _replay(
+        self, message: QueueMessage, session_id: str, record: SessionRecord, request_id: str
+    ) -> None:
+        """Answer a delivery of a turn that is already committed, without running it again."""
+        METRICS.inc("agentkernel_turns_replayed_total")
+        outcome = record.outcome(request_id)
+        if outcome is None:
+            # Later turns of the session were committed after it, and a session's next turn
+            # only starts once the previous one was acknowledged, after its reply was sent.
+            logger.info("turn %s of session %s was answered before", request_id, session_id)
+            return
+        logger.info(
+            "turn %s of session %s is committed; re-sending its reply", request_id, session_id
+        )
+        try:
+            await self._send(message, session_id, outcome)
+        except MessageRejectedError as exc:
+            await self._reject_reply(message, session_id, record, exc, None)
+
+    async def _reject_reply(
+        self,
+        message: QueueMessage,
+        session_id: str,
+        record: SessionRecord,
+        exc: MessageRejectedError,
+        before: SessionRecord | None,
+    ) -> None:
+        """A committed reply the broker can never carry: commit and send an error instead.
+
+        The turn's state is rolled back to ``before`` the turn when it is known (the client
+        never saw the reply, so the conversation should not contain it).
+        """
+        request_id = record.last.request_id if record.last else ""
+        logger.error(
+            "reply of turn %s of session %s cannot be sent (%s); answering REPLY_TOO_LARGE",
+            request_id,
+            session_id,
+            exc,
+        )
+        doc = error_doc("REPLY_TOO_LARGE", str(exc), session_id, request_id)
+        outcome = TurnOutcome(request_id, 500, json.dumps(doc))
+        state = None if before is None else before.state
+        commit = self.sessions.commit
+        await call(self.sessions.nonblocking, commit, session_id, record, outcome, state)
+        await self._send(message, session_id, outcome)
 
     async def _reply(self, message: QueueMessage, status: int, doc: dict[str, Any]) -> None:
-        request_id = doc["request_id"]
-        attributes = {ATTR_REQUEST_ID: request_id, ATTR_STATUS_CODE: str(status)}
+        """Send a reply that commits nothing (the agent did not run)."""
+        outcome = TurnOutcome(doc["request_id"], status, json.dumps(doc))
+        await self._send(message, doc.get("session_id") or "", outcome)
+
+    async def _send(self, message: QueueMessage, session_id: str, outcome: TurnOutcome) -> None:
+        request_id = outcome.request_id
+        attributes = {ATTR_REQUEST_ID: request_id, ATTR_STATUS_CODE: str(outcome.status_code)}
         attributes |= {
             k: message.attributes[k] for k in FORWARDED_ATTRIBUTES if k in message.attributes
         }
         reply = QueueMessage(
-            body=json.dumps(doc),
+            body=outcome.body,
             attributes=attributes,
-            group_id=doc.get("session_id") or message.group_id,
+            group_id=session_id or message.group_id,
             dedup_id=f"{request_id}:reply",
         )
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
+
+
+class _LastErrors:
+    """The last error seen per request id in this process, for the abandonment log line."""
+
+    _SIZE = 1024
+
+    def __init__(self) -> None:
+        self._errors: OrderedDict[str, str] = OrderedDict()
+
+    def remember(self, request_id: str, exc: BaseException) -> None:
+        self._errors[request_id] = f"{type(exc).__name__}: {exc}"
+        self._errors.move_to_end(request_id)
+        while len(self._errors) > self._SIZE:
+            self._errors.popitem(last=False)
+
+    def get(self, request_id: str) -> str:
+        return self._errors.get(
+            request_id, "not seen by this process (a crash, a lost lease, or another replica)"
+        )
 
 
 def _session_of(message: QueueMessage) -> str:

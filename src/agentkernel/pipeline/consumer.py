@@ -90,6 +90,68 @@ class _Tracker:
             self._cond.wait_for(lambda: self._count == 0)
 
 
+class _Isolation:
+    """Runs suspect messages alone in the process, so a crash they cause costs only them.
+
+    A suspect is a redelivered message on its last allowed delivery or past it (then the
+    permanent-failure hook runs alone, as it may decide to run the message one more time): its
+    earlier deliveries ended without an answer, possibly because the process died under it or
+    under a neighbour.
+    Once one is fetched the loop fetches nothing more, lets the turns already running finish,
+    runs the suspect on its own, and only then fetches again. If the suspect crashes the
+    process, no innocent turn is in flight to be charged a delivery for it.
+    """
+
+    def __init__(self) -> None:
+        self.fetch_open = threading.Event()
+        self.fetch_open.set()
+        self._pending = 0
+        self._lock = threading.Lock()
+        self._active = 0  # normal messages being processed (event-loop thread only)
+        self._changed: asyncio.Condition | None = None
+        self._one_at_a_time: asyncio.Lock | None = None
+
+    def admit(self) -> None:
+        """A suspect was fetched (consumer thread): stop fetching until it has run."""
+        with self._lock:
+            self._pending += 1
+            self.fetch_open.clear()
+
+    def _release(self) -> None:
+        with self._lock:
+            self._pending -= 1
+            if self._pending == 0:
+                self.fetch_open.set()
+
+    def _condition(self) -> asyncio.Condition:
+        if self._changed is None:
+            self._changed = asyncio.Condition()
+            self._one_at_a_time = asyncio.Lock()
+        return self._changed
+
+    async def run_alone(self, work: Callable[[], Awaitable[None]]) -> None:
+        changed = self._condition()
+        try:
+            async with self._one_at_a_time:  # type: ignore[union-attr]
+                async with changed:
+                    await changed.wait_for(lambda: self._active == 0)
+                await work()
+        finally:
+            self._release()
+
+    async def run_normal(self, work: Callable[[], Awaitable[None]]) -> None:
+        # Never held back: a message fetched before the suspect should finish before it runs
+        # (and so be out of the way if the suspect crashes the process).
+        changed = self._condition()
+        self._active += 1
+        try:
+            await work()
+        finally:
+            async with changed:
+                self._active -= 1
+                changed.notify_all()
+
+
 class ConsumerLoop:
     """Run ``num_consumers`` threads that fetch from one queue and handle each message.
 
@@ -107,6 +169,10 @@ class ConsumerLoop:
             ``fetch_wait_slice_seconds`` (about a second by default) so shutdown is noticed.
         lease_extension: extend a message's lease while it is being handled.
         queue: the queue's name, for logs and thread names.
+        isolate_last_attempt: run a redelivered message on its last allowed delivery (and the
+            permanent-failure hook of one past it) alone in this process (async ``process``
+            only), so a message that crashes the process (a poison turn) cannot use up the
+            deliveries of messages in flight beside it.
         exit_on_shutdown: passed to :meth:`ThreadRunner.run` by :meth:`run`.
         stop_on_shutdown: stop when :attr:`ThreadRunner.shutdown_event` is set; ``False`` leaves
             stopping to :meth:`stop` (a loop that must drain after another one).
@@ -125,6 +191,7 @@ class ConsumerLoop:
         wait_seconds: float = 20.0,
         lease_extension: bool = True,
         queue: QueueName | str = "queue",
+        isolate_last_attempt: bool = False,
         exit_on_shutdown: bool = True,
         stop_on_shutdown: bool = True,
     ) -> None:
@@ -150,6 +217,7 @@ class ConsumerLoop:
         self._running_lock = threading.Lock()
         self._tails: dict[str, Future[None]] = {}  # last message handed out per group
         self._error_backoff = POLL_ERROR_BACKOFF_SECONDS
+        self._isolation = _Isolation() if isolate_last_attempt and self._async else None
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -204,6 +272,8 @@ class ConsumerLoop:
     def _fetch_and_dispatch(
         self, consumer: TransportConsumer, tracker: _Tracker, wait: float
     ) -> None:
+        if self._isolation is not None and not self._isolation.fetch_open.wait(wait):
+            return
         room = self._slots.take(self._batch_size, wait)
         if not room:
             return
@@ -219,6 +289,8 @@ class ConsumerLoop:
         self._slots.give(room - len(messages))
         for message in messages:
             tracker.add()
+            if self._isolation is not None and self._suspect(message):
+                self._isolation.admit()
             if self._loop is not None:
                 self._submit(consumer, message, tracker)
             else:
@@ -264,6 +336,24 @@ class ConsumerLoop:
 
     # -- one message -------------------------------------------------------------------------
 
+    def _suspect(self, message: QueueMessage) -> bool:
+        return 1 < message.receive_count >= self._max_receive_count
+
+    async def _isolated(self, fn: Handler, message: QueueMessage) -> None:
+        work = functools.partial(self._acall, fn, message)
+        if self._isolation is None:
+            await work()
+        elif self._suspect(message):
+            logger.info(
+                "message %s on %s is on its last delivery (%s); running it alone",
+                message.message_id,
+                self._queue,
+                message.receive_count,
+            )
+            await self._isolation.run_alone(work)
+        else:
+            await self._isolation.run_normal(work)
+
     def _count(self, message: QueueMessage) -> None:
         if message.receive_count > 1:
             METRICS.inc("agentkernel_redeliveries_total", queue=self._queue)
@@ -296,11 +386,11 @@ class ConsumerLoop:
             await asyncio.wait([asyncio.wrap_future(after)])  # same group: strictly one by one
         try:
             if message.receive_count > self._max_receive_count:
-                await self._acall(self._on_permanent_failure, message)
+                await self._isolated(self._on_permanent_failure, message)
                 self._untrack(message)
                 await call(consumer.nonblocking, consumer.dead_letter, message)
             else:
-                await self._acall(self._process, message)
+                await self._isolated(self._process, message)
                 self._untrack(message)
                 await call(consumer.nonblocking, consumer.ack, message)
         except Exception:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from agentkernel.core.config import SessionConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
-from agentkernel.session.base import SessionStore
+from agentkernel.session.base import SessionRecord, SessionStore, TurnOutcome
 
-__all__ = ["SessionStore", "create_session_store"]
+__all__ = ["SessionRecord", "SessionStore", "TurnOutcome", "create_session_store"]
 
 
 def create_session_store(config: SessionConfig) -> SessionStore:

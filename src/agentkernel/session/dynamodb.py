@@ -1,23 +1,23 @@
-"""Session state in DynamoDB: partition key ``session_id``, ``state`` (JSON), ``expiry_time``."""
+"""Session records in DynamoDB: partition key ``session_id``, ``v``, ``doc`` (JSON), and the
+TTL attribute ``expiry_time``. A commit is one conditional put on ``v``.
+"""
 
 from __future__ import annotations
 
-import json
 import math
 import time
-from typing import Any
 
 import boto3
 from botocore.exceptions import BotoCoreError, ClientError
 
-from agentkernel.core.errors import ResponseStoreError
-from agentkernel.session.base import SessionStore
+from agentkernel.core.errors import SessionStoreError, StaleSessionError
+from agentkernel.session.base import SessionRecord, SessionStore
 
 _ERRORS = (BotoCoreError, ClientError)
 
 
 class DynamoDBSessionStore(SessionStore):
-    """Args: table_name; ttl: seconds state lives after a save; region_name; endpoint_url."""
+    """Args: table_name; ttl: seconds a session lives after a write; region_name; endpoint_url."""
 
     def __init__(
         self,
@@ -30,27 +30,50 @@ class DynamoDBSessionStore(SessionStore):
         self._ttl = ttl
         self._client = boto3.client("dynamodb", region_name=region_name, endpoint_url=endpoint_url)
 
-    def load(self, session_id: str) -> dict[str, Any]:
+    def read(self, session_id: str) -> SessionRecord:
         try:
             item = self._client.get_item(
                 TableName=self._table, Key={"session_id": {"S": session_id}}, ConsistentRead=True
             ).get("Item")
         except _ERRORS as exc:
-            raise ResponseStoreError(f"DynamoDB read of session {session_id}: {exc}") from exc
-        if item is None or float(item["expiry_time"]["N"]) <= time.time():
-            return {}
-        return dict(json.loads(item["state"]["S"]))
+            raise SessionStoreError(f"DynamoDB read of session {session_id}: {exc}") from exc
+        if item is None:
+            return SessionRecord()
+        version = int(item["v"]["N"])
+        if float(item["expiry_time"]["N"]) <= time.time():
+            # Expired but not yet removed by DynamoDB: empty, but the version still fences.
+            return SessionRecord(version=version)
+        return SessionRecord.decode(item["doc"]["S"], version)
 
-    def save(self, session_id: str, state: dict[str, Any]) -> None:
+    def write(self, session_id: str, record: SessionRecord, *, expected_version: int) -> None:
         item = {
             "session_id": {"S": session_id},
-            "state": {"S": json.dumps(state)},
+            "v": {"N": str(record.version)},
+            "doc": {"S": record.encode()},
             "expiry_time": {"N": str(math.ceil(time.time() + self._ttl))},
         }
+        if expected_version == 0:
+            condition, values = "attribute_not_exists(session_id)", {}
+        else:
+            condition, values = "v = :expected", {":expected": {"N": str(expected_version)}}
         try:
-            self._client.put_item(TableName=self._table, Item=item)
-        except _ERRORS as exc:
-            raise ResponseStoreError(f"DynamoDB write of session {session_id}: {exc}") from exc
+            self._client.put_item(
+                TableName=self._table,
+                Item=item,
+                ConditionExpression=condition,
+                **({"ExpressionAttributeValues": values} if values else {}),
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
+                raise StaleSessionError(
+                    f"session {session_id} changed since version {expected_version}"
+                ) from exc
+            raise SessionStoreError(f"DynamoDB write of session {session_id}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise SessionStoreError(f"DynamoDB write of session {session_id}: {exc}") from exc
 
     def ping(self) -> None:
-        self._client.describe_table(TableName=self._table)
+        try:
+            self._client.describe_table(TableName=self._table)
+        except _ERRORS as exc:
+            raise SessionStoreError(f"DynamoDB session table unreachable: {exc}") from exc

@@ -1,46 +1,50 @@
-"""Session state in a dict of this process (embedded topology, tests)."""
+"""Session records in a dict of this process (embedded topology, tests)."""
 
 from __future__ import annotations
 
-import json
 import threading
 import time
 from collections import OrderedDict
-from typing import Any
 
-from agentkernel.session.base import SessionStore
+from agentkernel.core.errors import StaleSessionError
+from agentkernel.session.base import SessionRecord, SessionStore
 
 
 class InMemorySessionStore(SessionStore):
-    """State kept as JSON text per session, so what an agent stores is checked to be JSON.
+    """Records kept as JSON text per session, so what an agent stores is checked to be JSON.
 
-    Sessions are kept in order of their last save, which is also their order of expiry, so
-    expired ones are dropped from the front on every save.
+    Sessions are kept in order of their last write, which is also their order of expiry, so
+    expired ones are dropped from the front on every write.
 
     Args:
-        ttl: seconds a session's state lives after its last save.
+        ttl: seconds a session lives after its last write.
     """
 
     nonblocking = True
 
     def __init__(self, ttl: float = 604800.0) -> None:
         self._ttl = ttl
-        self._data: OrderedDict[str, tuple[float, str]] = OrderedDict()
+        self._data: OrderedDict[str, tuple[float, int, str]] = OrderedDict()
         self._lock = threading.Lock()
 
-    def load(self, session_id: str) -> dict[str, Any]:
+    def read(self, session_id: str) -> SessionRecord:
         with self._lock:
             entry = self._data.get(session_id)
         if entry is None or entry[0] <= time.monotonic():
-            return {}
-        state: dict[str, Any] = json.loads(entry[1])
-        return state
+            return SessionRecord()
+        return SessionRecord.decode(entry[2], entry[1])
 
-    def save(self, session_id: str, state: dict[str, Any]) -> None:
-        text = json.dumps(state)
+    def write(self, session_id: str, record: SessionRecord, *, expected_version: int) -> None:
+        text = record.encode()
         now = time.monotonic()
         with self._lock:
-            self._data[session_id] = (now + self._ttl, text)
+            entry = self._data.get(session_id)
+            current = 0 if entry is None or entry[0] <= now else entry[1]
+            if current != expected_version:
+                raise StaleSessionError(
+                    f"session {session_id} is at version {current}, not {expected_version}"
+                )
+            self._data[session_id] = (now + self._ttl, record.version, text)
             self._data.move_to_end(session_id)
             while self._data and next(iter(self._data.values()))[0] <= now:
                 self._data.popitem(last=False)
