@@ -3,7 +3,8 @@
     agentkernel serve AGENTS      API + runner + output consumers in one process (embedded)
     agentkernel io                API + output consumers (the containerized IO process)
     agentkernel runner AGENTS     Agent Runner only (the containerized runner process)
-    agentkernel chat PROMPT       send a turn to a running server and print the reply
+    agentkernel chat [PROMPT]     send a turn to a running server and print the reply
+                                  (--stream: as it is produced; no PROMPT: interactive)
 
 AGENTS is a ``.py`` file or an importable ``module`` / ``module:attr`` that registers agents.
 """
@@ -12,11 +13,9 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import json
 import logging
 import runpy
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -78,37 +77,28 @@ def _runner(args: argparse.Namespace) -> None:
 
 
 def _chat(args: argparse.Namespace) -> int:
-    import httpx
+    from agentkernel.client import ChatClient, ChatError, interactive, one_turn
 
-    body = {"session_id": args.session, "prompt": args.prompt}
-    if args.agent:
-        body["agent"] = args.agent
-    headers = {"Prefer": "respond-async"} if args.use_async else {}
+    client = ChatClient(args.url, args.timeout)
     try:
-        with httpx.Client(base_url=args.url, timeout=args.timeout + 5) as client:
-            response = client.post("/api/v1/chat", json=body, headers=headers)
-            if response.status_code == 202:
-                request_id = response.json()["request_id"]
-                print(f"queued as {request_id}", file=sys.stderr)
-                response = _poll(client, args.session, request_id, args.timeout)
-    except httpx.HTTPError as exc:
-        print(f"agentkernel: cannot reach {args.url}: {exc}", file=sys.stderr)
+        if args.prompt is None:
+            print(f"session {args.session}: type a message, end with Ctrl-D", file=sys.stderr)
+            interactive(client, args.session, args.agent, stream=args.stream)
+        else:
+            one_turn(
+                client,
+                args.session,
+                args.prompt,
+                args.agent,
+                stream=args.stream,
+                asynchronous=args.use_async,
+            )
+    except ChatError as exc:
+        print(f"agentkernel: {exc}", file=sys.stderr)
         return 1
-    doc = response.json()
-    if response.status_code == 200 and "result" in doc:
-        print(doc["result"])
-        return 0
-    print(f"HTTP {response.status_code}: {json.dumps(doc)}", file=sys.stderr)
-    return 1
-
-
-def _poll(client: Any, session: str, request_id: str, timeout: float) -> Any:
-    deadline = time.monotonic() + timeout
-    while True:
-        response = client.get(f"/api/v1/chat/{session}", params={"request_id": request_id})
-        if response.status_code != 404 or time.monotonic() > deadline:
-            return response
-        time.sleep(0.2)
+    finally:
+        client.close()
+    return 0
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -126,11 +116,12 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("--host", help="interface to listen on (api.host)")
             cmd.add_argument("--port", type=int, help="port to listen on (api.port)")
         cmd.add_argument("--config", help="config.yaml to read (default ./config.yaml)")
-    chat = sub.add_parser("chat", help="send one chat turn and print the reply")
-    chat.add_argument("prompt")
+    chat = sub.add_parser("chat", help="send a chat turn (or, without PROMPT, chat line by line)")
+    chat.add_argument("prompt", nargs="?", help="the message; omit it for an interactive session")
     chat.add_argument("--session", required=True, help="session id")
     chat.add_argument("--agent", help="agent name")
     chat.add_argument("--async", dest="use_async", action="store_true", help="enqueue, then poll")
+    chat.add_argument("--stream", action="store_true", help="print the reply as it is produced")
     chat.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
     chat.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
     return parser

@@ -291,6 +291,15 @@ class ApiConfig(_Block):
     enqueue_timeout: float = Field(
         5.0, gt=0, description="Seconds an enqueue may take before the request fails with 503."
     )
+    stream_heartbeat: float = Field(
+        15.0,
+        gt=0,
+        description="Seconds of silence after which a Server-Sent Events stream gets a "
+        "keep-alive comment, so proxies do not close it.",
+    )
+    ws_max_turns: int = Field(
+        32, ge=1, description="Turns one WebSocket connection may have open at once."
+    )
 
 
 class AKConfig(BaseSettings):

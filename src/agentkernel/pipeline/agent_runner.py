@@ -46,6 +46,7 @@ from agentkernel.core.errors import (
 from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
 from agentkernel.pipeline.envelope import (
+    ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,
     ATTR_STATUS_CODE,
     ATTR_TRACEPARENT,
@@ -53,6 +54,7 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.frames import chunk_frame
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
@@ -71,6 +73,7 @@ class ChatTurnBody(BaseModel):
     session_id: str = Field(min_length=1)
     prompt: str
     agent: str | None = None
+    stream: bool = False
 
 
 def error_doc(code: str, message: str, session_id: str, request_id: str) -> dict[str, Any]:
@@ -182,18 +185,19 @@ class AgentRunner(QueueConsumer):
             attempt=message.receive_count,
             traceparent=message.attributes.get(ATTR_TRACEPARENT),
         )
-        status, doc, state = await self._execute(agent, turn)
+        stream = self._streamer(message, turn) if body.stream else None
+        status, doc, state = await self._execute(agent, turn, stream)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, state)
 
     async def _execute(
-        self, agent: Agent, turn: Turn
+        self, agent: Agent, turn: Turn, stream: _Streamer | None = None
     ) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
         """Run the agent; returns the reply's status and body, and the state to commit."""
         started = time.perf_counter()
         METRICS.inc("agentkernel_turns_in_flight", 1)
         try:
-            result = await agent.run(turn)
+            result = await (agent.run(turn) if stream is None else stream.run(agent))
         except RetryableError:
             self._finished(turn.agent, "retry", started)
             raise
@@ -365,12 +369,21 @@ class AgentRunner(QueueConsumer):
         outcome = TurnOutcome(doc["request_id"], status, json.dumps(doc))
         await self._send(message, doc.get("session_id") or "", outcome)
 
-    async def _send(self, message: QueueMessage, session_id: str, outcome: TurnOutcome) -> None:
-        request_id = outcome.request_id
-        attributes = {ATTR_REQUEST_ID: request_id, ATTR_STATUS_CODE: str(outcome.status_code)}
-        attributes |= {
+    @staticmethod
+    def reply_attributes(message: QueueMessage, request_id: str) -> dict[str, str]:
+        """Attributes of a message answering ``message``: its request id and forwarded ones."""
+        forwarded = {
             k: message.attributes[k] for k in FORWARDED_ATTRIBUTES if k in message.attributes
         }
+        return {ATTR_REQUEST_ID: request_id} | forwarded
+
+    def _streamer(self, message: QueueMessage, turn: Turn) -> _Streamer:
+        return _Streamer(self, message, turn)
+
+    async def _send(self, message: QueueMessage, session_id: str, outcome: TurnOutcome) -> None:
+        request_id = outcome.request_id
+        attributes = self.reply_attributes(message, request_id)
+        attributes[ATTR_STATUS_CODE] = str(outcome.status_code)
         reply = QueueMessage(
             body=outcome.body,
             attributes=attributes,
@@ -378,6 +391,37 @@ class AgentRunner(QueueConsumer):
             dedup_id=f"{request_id}:reply",
         )
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
+
+
+class _Streamer:
+    """Runs a streaming turn, sending each chunk to OUTPUT as the agent yields it."""
+
+    def __init__(self, runner: AgentRunner, message: QueueMessage, turn: Turn) -> None:
+        self._runner, self._message, self._turn = runner, message, turn
+
+    async def run(self, agent: Agent) -> str:
+        parts: list[str] = []
+        async for delta in agent.stream(self._turn):
+            if delta:
+                await self._send(len(parts), delta)
+                parts.append(delta)
+        return "".join(parts)
+
+    async def _send(self, index: int, delta: str) -> None:
+        turn = self._turn
+        frame = chunk_frame(turn.request_id, turn.session_id, index, delta)
+        attributes = self._runner.reply_attributes(self._message, turn.request_id)
+        chunk = QueueMessage(
+            body=json.dumps(frame),
+            attributes=attributes | {ATTR_CHUNK_INDEX: str(index)},
+            group_id=turn.session_id,
+            dedup_id=f"{turn.request_id}:{index}",
+        )
+        transport = self._runner.transport
+        try:
+            await call(transport.nonblocking, transport.send, QueueName.OUTPUT, chunk)
+        except Exception as exc:  # the broker, not the agent, failed: run the turn again
+            raise RetryableError(f"chunk {index} could not be sent: {exc}") from exc
 
 
 class _LastErrors:

@@ -11,6 +11,8 @@ ATTR_REQUEST_ID = "request_id"
 ATTR_USER_ID = "user_id"
 ATTR_STATUS_CODE = "status_code"
 ATTR_TRACEPARENT = "traceparent"
+#: Set on OUTPUT messages that carry one chunk of a streamed reply: the chunk's 0-based index.
+ATTR_CHUNK_INDEX = "chunk_index"
 
 
 class QueueName(StrEnum):

@@ -17,7 +17,7 @@ import uuid
 from typing import Any
 from urllib.parse import quote
 
-from fastapi import FastAPI, Request
+from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -31,6 +31,8 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.http import sse
+from agentkernel.pipeline.http.websocket import ChatSocket
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.thread_runner import ThreadRunner
@@ -57,6 +59,11 @@ class ChatRequest(BaseModel):
     prompt: str = Field(min_length=1, description="The user's message.")
     agent: str | None = Field(
         None, max_length=64, description="Agent to run; default: the first registered one."
+    )
+    stream: bool = Field(
+        False,
+        description="Send the reply as chunks while the agent produces them (set by SSE and "
+        "WebSocket clients).",
     )
 
 
@@ -100,6 +107,8 @@ class RequestHandler:
             self.post_chat
         )
         app.get(CHAT_PATH + "/{session_id}", responses=_GET_RESPONSES)(self.get_chat)
+        app.get(CHAT_PATH + "/{session_id}/stream", responses=_STREAM_RESPONSES)(self.get_stream)
+        app.websocket("/ws")(self.websocket)
         app.get("/api/v1/agents")(self.list_agents)
         app.get("/health")(self.health)
         app.get("/ready")(self.ready)
@@ -117,14 +126,14 @@ class RequestHandler:
             raise
 
     async def _post_chat(self, request: Request) -> Response:
-        chat = parse_chat(await self._read_body(request))
-        if self.registry.agents() and chat.agent and chat.agent not in self.registry:
-            raise HTTPError(
-                404, "AGENT_NOT_FOUND", f"no agent named {chat.agent!r}", session_id=chat.session_id
-            )
-        if ThreadRunner.shutdown_event.is_set():
-            raise HTTPError(503, "SHUTTING_DOWN", "the server is shutting down; retry elsewhere")
+        chat = self.check_chat(parse_chat(await self._read_body(request)))
+        streaming = sse.wants_stream(request.headers.get("accept", ""))
+        chat.stream = chat.stream or streaming
         request_id, fresh = self._request_id(request, chat.session_id)
+        if streaming:
+            if fresh or not await asyncio.to_thread(self.store.get, request_id):
+                await self._enqueue(chat, request_id, _traceparent(request))
+            return self._stream(request_id, chat.session_id)
         if not fresh and (known := await asyncio.to_thread(self.store.get, request_id)):
             return _record_response(known, chat.session_id)
         await self._enqueue(chat, request_id, _traceparent(request))
@@ -140,6 +149,39 @@ class RequestHandler:
                 session_id=chat.session_id,
             )
         return _record_response(record, chat.session_id)
+
+    def check_chat(self, chat: ChatRequest) -> ChatRequest:
+        """Refuse a turn this process can already tell will fail (unknown agent, shutdown).
+
+        Raises:
+            HTTPError: 404 for an unknown agent, 503 while shutting down.
+        """
+        if self.registry.agents() and chat.agent and chat.agent not in self.registry:
+            raise HTTPError(
+                404, "AGENT_NOT_FOUND", f"no agent named {chat.agent!r}", session_id=chat.session_id
+            )
+        if ThreadRunner.shutdown_event.is_set():
+            raise HTTPError(503, "SHUTTING_DOWN", "the server is shutting down; retry elsewhere")
+        return chat
+
+    async def enqueue(self, chat: ChatRequest, request_id: str, traceparent: str = "") -> None:
+        """Put a validated turn on the INPUT queue (used by the WebSocket route too).
+
+        Raises:
+            HTTPError: 413 when the broker refuses the size, 503 when it does not answer.
+        """
+        await self._enqueue(chat, request_id, traceparent or _traceparent(None))
+
+    def _stream(self, request_id: str, session_id: str, after: int = -1) -> Response:
+        api = self.config.api
+        return sse.stream_response(
+            self.store,
+            request_id,
+            session_id,
+            after=after,
+            heartbeat=api.stream_heartbeat,
+            idle_timeout=api.sync_timeout,
+        )
 
     async def _read_body(self, request: Request) -> bytes:
         limit = self.config.api.max_body_bytes
@@ -192,6 +234,17 @@ class RequestHandler:
             raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
         record = await asyncio.to_thread(self.store.get, request_id)
         return _record_response(record, session_id, request_id=request_id)
+
+    async def get_stream(self, request: Request, session_id: str, request_id: str = "") -> Response:
+        """Resume a streamed turn: the chunks after ``Last-Event-ID``, then live ones."""
+        if not request_id:
+            raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
+        after = sse.last_event_id(request.headers.get("last-event-id"))
+        return self._stream(request_id, session_id, after)
+
+    async def websocket(self, websocket: WebSocket) -> None:
+        """The chat WebSocket: ``CHAT_QUEUED``, then ``CHAT_RESPONSE`` or chunk frames."""
+        await ChatSocket(self, websocket).serve()
 
     # -- service routes -------------------------------------------------------------------------
 
@@ -287,9 +340,9 @@ def _wants_async(request: Request, mode: str) -> bool:
     return mode == "rest_async" or "respond-async" in tokens
 
 
-def _traceparent(request: Request) -> str:
+def _traceparent(request: Request | None) -> str:
     """The caller's W3C trace context, or a new one so the turn can be followed in logs."""
-    header = request.headers.get("traceparent", "").strip().lower()
+    header = "" if request is None else request.headers.get("traceparent", "").strip().lower()
     if _TRACEPARENT.match(header):
         return header
     return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
@@ -323,7 +376,10 @@ _POST_BODY = {
     ],
 }
 _POST_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "The reply: result, session_id, request_id, agent."},
+    200: {
+        "description": "The reply: result, session_id, request_id, agent; with 'Accept: "
+        "text/event-stream', a stream of STREAM_CHUNK frames ending with a done frame."
+    },
     202: {"description": "Queued (async): status ACCEPTED, request_id, session_id."},
     400: {"description": "Body is not a JSON object.", **_ERROR},
     404: {"description": "Unknown agent.", **_ERROR},
@@ -332,6 +388,12 @@ _POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     500: {"description": "The agent failed; the body explains.", **_ERROR},
     503: {"description": "The queue did not accept the turn.", **_ERROR},
     504: {"description": "No reply in time; poll with the request_id.", **_ERROR},
+}
+_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {
+        "description": "text/event-stream of STREAM_CHUNK frames after Last-Event-ID, then done.",
+        "content": {"text/event-stream": {}},
+    },
 }
 _GET_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The reply."},

@@ -1,8 +1,9 @@
 """The response handler: OUTPUT queue -> response store.
 
 Each OUTPUT message becomes a :class:`ResponseRecord` keyed by its ``request_id`` attribute, with
-the status from the ``status_code`` attribute. A message that keeps failing to be stored is
-answered with an error record, so a waiting caller is never left hanging.
+the status from the ``status_code`` attribute; one with a ``chunk_index`` attribute is a chunk
+of a streamed reply and is kept beside it for streaming clients. A message that keeps failing to
+be stored is answered with an error record, so a waiting caller is never left hanging.
 """
 
 from __future__ import annotations
@@ -12,7 +13,13 @@ import logging
 
 from agentkernel.core.config import AKConfig, QueuesConfig
 from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, ATTR_STATUS_CODE, QueueMessage, QueueName
+from agentkernel.pipeline.envelope import (
+    ATTR_CHUNK_INDEX,
+    ATTR_REQUEST_ID,
+    ATTR_STATUS_CODE,
+    QueueMessage,
+    QueueName,
+)
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
 
@@ -73,12 +80,28 @@ class ResponseHandler(QueueConsumer):
         )
 
     def process_message(self, message: QueueMessage) -> None:
-        self.store.put(record_of(message))
+        index = message.attributes.get(ATTR_CHUNK_INDEX)
+        if index is None:
+            self.store.put(record_of(message))
+            return
+        frame = json.loads(message.body)
+        if not (index.isdigit() and isinstance(frame, dict)):
+            raise ValueError(f"OUTPUT chunk message {message.message_id} is malformed")
+        request_id = message.attributes.get(ATTR_REQUEST_ID, "")
+        try:
+            self.store.put_chunk(request_id, int(index), frame)
+        except NotImplementedError:
+            # The final reply still arrives; only live chunks are lost to this store.
+            logger.warning("%s keeps no stream chunks; dropping one", type(self.store).__name__)
 
     def on_permanent_failure(self, message: QueueMessage) -> None:
         request_id = message.attributes.get(ATTR_REQUEST_ID)
         if not request_id:
             logger.error("dropping OUTPUT message %s: no request_id", message.message_id)
+            return
+        if ATTR_CHUNK_INDEX in message.attributes:
+            # A lost chunk must not end the stream: the turn's final reply is still to come.
+            logger.error("dropping chunk message %s of %s", message.message_id, request_id)
             return
         session_id = message.group_id or ""
         doc = {

@@ -84,6 +84,39 @@ class ResponseStore(ABC):
             await asyncio.sleep(min(interval, remaining))
             interval = min(interval * 2, self.max_poll_interval)
 
+    # -- chunks of streamed replies ---------------------------------------------------------------
+
+    def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
+        """Keep chunk ``index`` (0-based) of a streamed reply until the TTL ends.
+
+        Chunks arrive in order; one whose index is already kept is ignored (a redelivery).
+        """
+        raise NotImplementedError(f"{type(self).__name__} does not keep stream chunks")
+
+    def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
+        """The kept chunk frames of ``request_id`` whose index is above ``after``, in order."""
+        return []
+
+    async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
+        """Wait up to ``timeout`` seconds for a chunk above index ``seen`` or the final record.
+
+        Returns whether one is there. The default polls like :meth:`wait`; stores with a
+        notification channel override it.
+        """
+        deadline = time.monotonic() + timeout
+        interval = 0.05
+        while True:
+            if await asyncio.to_thread(self._changed, request_id, seen):
+                return True
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return False
+            await asyncio.sleep(min(interval, remaining))
+            interval = min(interval * 2, self.max_poll_interval)
+
+    def _changed(self, request_id: str, seen: int) -> bool:
+        return bool(self.chunks(request_id, seen)) or self.get(request_id) is not None
+
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise ``ResponseStoreError`` when the backend is unreachable."""
 

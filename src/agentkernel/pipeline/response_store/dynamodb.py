@@ -3,6 +3,8 @@
 DynamoDB has no change notification a request could wait on cheaply, so a waiting sync request
 polls with a short, growing interval (the base class's ``wait``). DynamoDB removes expired items
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
+Chunks of streamed replies are items of their own, read by streaming clients with the same
+short poll.
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from agentkernel.core.errors import ResponseStoreError
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
 
 TTL_ATTRIBUTE = "expiry_time"
+_CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"
 _ERRORS = (BotoCoreError, ClientError)
 
 
@@ -87,6 +90,42 @@ class DynamoDBResponseStore(ResponseStore):
             body=json.loads(item["body"]["S"]),
             owner=item.get("owner", {}).get("S"),
         )
+
+    def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
+        item = {
+            "request_id": {"S": f"{request_id}{_CHUNK}{index}"},
+            "body": {"S": json.dumps(frame)},
+            TTL_ATTRIBUTE: {"N": str(math.ceil(time.time() + self.ttl))},
+        }
+        try:
+            self._client.put_item(
+                TableName=self.table_name,
+                Item=item,
+                ConditionExpression="attribute_not_exists(request_id)",  # first copy wins
+            )
+        except ClientError as exc:
+            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
+                raise ResponseStoreError(
+                    f"DynamoDB write of a chunk of {request_id}: {exc}"
+                ) from exc
+        except BotoCoreError as exc:
+            raise ResponseStoreError(f"DynamoDB write of a chunk of {request_id}: {exc}") from exc
+
+    def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
+        """Reads chunk items one by one from ``after + 1`` until one is missing (at most 100)."""
+        found: list[dict[str, Any]] = []
+        for index in range(after + 1, after + 101):
+            key = {"request_id": {"S": f"{request_id}{_CHUNK}{index}"}}
+            try:
+                item = self._client.get_item(
+                    TableName=self.table_name, Key=key, ConsistentRead=True
+                ).get("Item")
+            except _ERRORS as exc:
+                raise ResponseStoreError(f"DynamoDB read of chunks of {request_id}: {exc}") from exc
+            if item is None:
+                break
+            found.append(json.loads(item["body"]["S"]))
+        return found
 
     def ping(self) -> None:
         try:

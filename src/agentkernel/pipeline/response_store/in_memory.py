@@ -5,9 +5,12 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from typing import Any
 
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+
+_CHUNKS = "\x00chunks:"  # expiry-heap key prefix of a chunk list (request ids are printable)
 
 
 class InMemoryResponseStore(ResponseStore):
@@ -22,6 +25,7 @@ class InMemoryResponseStore(ResponseStore):
     def __init__(self, ttl: float = 3600.0) -> None:
         super().__init__(ttl)
         self._records: dict[str, tuple[float, ResponseRecord]] = {}
+        self._chunks: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._expiry: list[tuple[float, str]] = []
         self._waiters = WaiterRegistry()
         self._lock = threading.Lock()
@@ -42,6 +46,31 @@ class InMemoryResponseStore(ResponseStore):
             return None
         return entry[1]
 
+    def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
+        now = time.monotonic()
+        with self._lock:
+            self._evict(now)
+            entry = self._chunks.get(request_id)
+            if entry is None:
+                entry = self._chunks[request_id] = (now + self.ttl, [])
+                heapq.heappush(self._expiry, (entry[0], _CHUNKS + request_id))
+            if index != len(entry[1]):
+                return  # already kept (or out of order, which per-session FIFO rules out)
+            entry[1].append(frame)
+        self._waiters.notify(request_id)
+
+    def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
+        with self._lock:
+            entry = self._chunks.get(request_id)
+            return [] if entry is None else entry[1][after + 1 :]
+
+    async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
+        def changed() -> bool:
+            return self._changed(request_id, seen)
+
+        await wait_for_record(self._waiters, request_id, timeout, changed, inline=True)
+        return changed()
+
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
         await wait_for_record(
             self._waiters, request_id, timeout, lambda: self.get(request_id), inline=True
@@ -50,10 +79,12 @@ class InMemoryResponseStore(ResponseStore):
 
     def _evict(self, now: float) -> None:
         while self._expiry and self._expiry[0][0] <= now:
-            expires, request_id = heapq.heappop(self._expiry)
-            entry = self._records.get(request_id)
+            expires, key = heapq.heappop(self._expiry)
+            table: dict[str, Any] = self._chunks if key.startswith(_CHUNKS) else self._records
+            key = key.removeprefix(_CHUNKS)
+            entry = table.get(key)
             if entry is not None and entry[0] == expires:
-                del self._records[request_id]
+                del table[key]
 
     def __len__(self) -> int:
         with self._lock:

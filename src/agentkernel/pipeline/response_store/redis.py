@@ -4,10 +4,15 @@ A record is a JSON string at ``<prefix>resp:<request_id>`` with a millisecond ex
 also publishes on ``<prefix>done:<request_id>``; one pattern subscription per store (on its own
 thread) wakes the waiters of this process, so a sync request learns of its reply at once without
 polling and without a connection per waiting request.
+
+Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending one publishes
+on the same channel, so a streaming client connected to any IO process sees it at once.
 """
 
 from __future__ import annotations
 
+import asyncio
+import json
 import logging
 import threading
 from typing import Any
@@ -19,6 +24,17 @@ from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseSto
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
 logger = logging.getLogger(__name__)
+
+# Appends chunk ARGV[1] only when it is the next index (a redelivered chunk is ignored), then
+# wakes the waiters of every IO process through the reply channel.
+_APPEND_CHUNK = """
+if redis.call('LLEN', KEYS[1]) == tonumber(ARGV[1]) then
+  redis.call('RPUSH', KEYS[1], ARGV[2])
+  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+end
+redis.call('PUBLISH', KEYS[2], '1')
+return 1
+"""
 
 
 class RedisResponseStore(ResponseStore):
@@ -40,9 +56,13 @@ class RedisResponseStore(ResponseStore):
         self._listener: threading.Thread | None = None
         self._pubsub: Any = None
         self._lock = threading.Lock()
+        self._append = self._redis.register_script(_APPEND_CHUNK)
 
     def _key(self, request_id: str) -> str:
         return f"{self._prefix}resp:{request_id}"
+
+    def _chunks_key(self, request_id: str) -> str:
+        return f"{self._prefix}chunks:{request_id}"
 
     def put(self, record: ResponseRecord) -> None:
         try:
@@ -59,6 +79,40 @@ class RedisResponseStore(ResponseStore):
         except redis.RedisError as exc:
             raise ResponseStoreError(f"Redis read of {request_id} failed: {exc}") from exc
         return None if raw is None else ResponseRecord.from_json(raw)
+
+    def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
+        keys = [self._chunks_key(request_id), f"{self._prefix}done:{request_id}"]
+        args: list[str | int] = [index, json.dumps(frame), int(self.ttl * 1000)]
+        try:
+            self._append(keys=keys, args=args)
+        except redis.RedisError as exc:
+            raise ResponseStoreError(f"Redis write of a chunk of {request_id}: {exc}") from exc
+
+    def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
+        try:
+            raw = self._redis.lrange(self._chunks_key(request_id), after + 1, -1)
+        except redis.RedisError as exc:
+            raise ResponseStoreError(f"Redis read of chunks of {request_id}: {exc}") from exc
+        return [json.loads(item) for item in raw]
+
+    async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
+        self._ensure_listener()
+
+        def changed() -> bool:
+            return self._changed(request_id, seen)
+
+        await wait_for_record(self._waiters, request_id, timeout, changed)
+        return await asyncio.to_thread(changed)
+
+    def _changed(self, request_id: str, seen: int) -> bool:
+        try:
+            with self._redis.pipeline(transaction=False) as pipe:
+                pipe.llen(self._chunks_key(request_id))
+                pipe.exists(self._key(request_id))
+                length, exists = pipe.execute()
+        except redis.RedisError as exc:
+            raise ResponseStoreError(f"Redis read of {request_id} failed: {exc}") from exc
+        return int(length) > seen + 1 or bool(exists)
 
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
         self._ensure_listener()

@@ -115,3 +115,44 @@ class ResponseStoreContract:
             return list(await asyncio.gather(*waits))
 
         assert asyncio.run(scenario()) == records
+
+    # -- chunks of streamed replies ---------------------------------------------------------------
+
+    @staticmethod
+    def chunk(request_id: str, index: int) -> dict[str, object]:
+        return {
+            "type": "STREAM_CHUNK",
+            "request_id": request_id,
+            "index": index,
+            "delta": f"é{index}",
+        }
+
+    def test_chunks_are_kept_in_order_and_read_after_an_index(self) -> None:
+        store, request_id = self.make_store(60), uuid.uuid4().hex
+        for i in range(5):
+            store.put_chunk(request_id, i, self.chunk(request_id, i))
+        assert store.chunks(request_id) == [self.chunk(request_id, i) for i in range(5)]
+        assert [c["index"] for c in store.chunks(request_id, after=2)] == [3, 4]
+        assert store.chunks(request_id, after=4) == []
+        assert store.chunks(uuid.uuid4().hex) == []
+
+    def test_a_redelivered_chunk_is_kept_once(self) -> None:
+        store, request_id = self.make_store(60), uuid.uuid4().hex
+        store.put_chunk(request_id, 0, self.chunk(request_id, 0))
+        store.put_chunk(request_id, 1, self.chunk(request_id, 1))
+        store.put_chunk(request_id, 1, self.chunk(request_id, 1) | {"delta": "again"})
+        assert [c["delta"] for c in store.chunks(request_id)] == ["é0", "é1"]
+
+    def test_wait_change_wakes_on_a_chunk_and_on_the_record(self) -> None:
+        store, request_id = self.make_store(60), uuid.uuid4().hex
+        started = time.monotonic()
+        writer = threading.Timer(0.2, store.put_chunk, (request_id, 0, self.chunk(request_id, 0)))
+        writer.start()
+        try:
+            assert asyncio.run(store.wait_change(request_id, 10, -1)) is True
+        finally:
+            writer.join(5)
+        assert time.monotonic() - started < 0.2 + self.wake_latency
+        assert asyncio.run(store.wait_change(request_id, 0.2, 0)) is False  # nothing new
+        store.put(ResponseRecord(request_id, "s", 200, {"result": "é0"}))
+        assert asyncio.run(store.wait_change(request_id, 10, 0)) is True

@@ -1,0 +1,125 @@
+"""A small HTTP client for a running agentkernel server (used by ``agentkernel chat``)."""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Iterator
+from typing import IO, Any
+
+import httpx
+
+
+class ChatError(Exception):
+    """The server answered a turn with an error (or could not be reached)."""
+
+
+class ChatClient:
+    """Sends chat turns to ``base_url``.
+
+    Args:
+        base_url: the server, e.g. ``http://127.0.0.1:8000``.
+        timeout: seconds to wait for a reply.
+    """
+
+    def __init__(self, base_url: str, timeout: float = 60.0) -> None:
+        self.timeout = timeout
+        self._http = httpx.Client(base_url=base_url, timeout=timeout + 5)
+
+    def close(self) -> None:
+        self._http.close()
+
+    def ask(
+        self, session: str, prompt: str, agent: str | None = None, asynchronous: bool = False
+    ) -> str:
+        """Send a turn and return the reply text (polling when the server answers 202)."""
+        headers = {"Prefer": "respond-async"} if asynchronous else {}
+        response = self._post(self._body(session, prompt, agent), headers)
+        if response.status_code == 202:
+            response = self._poll(session, response.json()["request_id"])
+        doc = response.json()
+        if response.status_code == 200 and "result" in doc:
+            return str(doc["result"])
+        raise ChatError(f"HTTP {response.status_code}: {json.dumps(doc)}")
+
+    def stream(self, session: str, prompt: str, agent: str | None = None) -> Iterator[str]:
+        """Send a turn and yield the reply's text chunks as the agent produces them."""
+        headers = {"Accept": "text/event-stream"}
+        body = self._body(session, prompt, agent)
+        try:
+            with self._http.stream("POST", "/api/v1/chat", json=body, headers=headers) as r:
+                if r.status_code != 200:
+                    raise ChatError(f"HTTP {r.status_code}: {r.read().decode(errors='replace')}")
+                for line in r.iter_lines():
+                    if not line.startswith("data: "):
+                        continue
+                    frame = json.loads(line[6:])
+                    if frame.get("done"):
+                        if "error" in frame:
+                            raise ChatError(f"{frame['error']}: {frame.get('message', '')}")
+                        return
+                    yield str(frame.get("delta", ""))
+        except httpx.HTTPError as exc:
+            raise ChatError(f"cannot reach the server: {exc}") from exc
+
+    @staticmethod
+    def _body(session: str, prompt: str, agent: str | None) -> dict[str, Any]:
+        return {"session_id": session, "prompt": prompt} | ({"agent": agent} if agent else {})
+
+    def _post(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
+        try:
+            return self._http.post("/api/v1/chat", json=body, headers=headers)
+        except httpx.HTTPError as exc:
+            raise ChatError(f"cannot reach the server: {exc}") from exc
+
+    def _poll(self, session: str, request_id: str) -> httpx.Response:
+        deadline = time.monotonic() + self.timeout
+        while True:
+            response = self._http.get(f"/api/v1/chat/{session}", params={"request_id": request_id})
+            if response.status_code != 404 or time.monotonic() > deadline:
+                return response
+            time.sleep(0.2)
+
+
+def one_turn(
+    client: ChatClient,
+    session: str,
+    prompt: str,
+    agent: str | None,
+    *,
+    stream: bool,
+    asynchronous: bool,
+    out: IO[str] = sys.stdout,
+) -> None:
+    """Send one turn and print its reply (chunk by chunk when streaming)."""
+    if stream:
+        for delta in client.stream(session, prompt, agent):
+            out.write(delta)
+            out.flush()
+        out.write("\n")
+    else:
+        out.write(client.ask(session, prompt, agent, asynchronous) + "\n")
+    out.flush()
+
+
+def interactive(
+    client: ChatClient,
+    session: str,
+    agent: str | None,
+    *,
+    stream: bool,
+    lines: IO[str] = sys.stdin,
+    out: IO[str] = sys.stdout,
+) -> None:
+    """Read a line, send it, print the reply, repeat until end of input (or an empty ``/quit``)."""
+    for line in lines:
+        prompt = line.strip()
+        if prompt in ("/quit", "/exit"):
+            return
+        if not prompt:
+            continue
+        try:
+            one_turn(client, session, prompt, agent, stream=stream, asynchronous=False, out=out)
+        except ChatError as exc:
+            print(f"error: {exc}", file=sys.stderr)

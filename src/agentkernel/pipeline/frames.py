@@ -1,0 +1,98 @@
+"""Stream frames: what a streaming client sees, shared by SSE, WebSocket and the OUTPUT queue.
+
+A streamed turn reaches its client as ``STREAM_CHUNK`` frames, one per chunk the agent yielded,
+then one ``done`` frame carrying the joined result (or the error). The Agent Runner sends each
+chunk as its own OUTPUT message (dedup id ``<request_id>:<index>``, so a redelivered turn cannot
+show a chunk twice); the response handler keeps them in the response store; the HTTP front reads
+them from there, live or from an index on (resume).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import AsyncIterator
+from typing import Any
+
+from agentkernel.pipeline.blocking import call
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+
+STREAM_CHUNK = "STREAM_CHUNK"
+
+
+def chunk_frame(request_id: str, session_id: str, index: int, delta: str) -> dict[str, Any]:
+    """One chunk of a streamed reply."""
+    return {
+        "type": STREAM_CHUNK,
+        "request_id": request_id,
+        "session_id": session_id,
+        "index": index,
+        "delta": delta,
+    }
+
+
+def done_frame(record: ResponseRecord) -> dict[str, Any]:
+    """The last frame of a stream: the joined result, or the error of a failed turn."""
+    frame: dict[str, Any] = {
+        "type": STREAM_CHUNK,
+        "request_id": record.request_id,
+        "session_id": record.session_id,
+        "done": True,
+    }
+    if record.status_code == 200:
+        return frame | {"result": record.body.get("result", "")}
+    return frame | {
+        "status_code": record.status_code,
+        "error": record.body.get("error", "ERROR"),
+        "message": record.body.get("message", ""),
+    }
+
+
+def error_frame(request_id: str, session_id: str, code: str, message: str) -> dict[str, Any]:
+    """A ``done`` frame for a stream that ends without the turn's reply (timeout, not found)."""
+    return {
+        "type": STREAM_CHUNK,
+        "request_id": request_id,
+        "session_id": session_id,
+        "done": True,
+        "error": code,
+        "message": message,
+    }
+
+
+async def read_frames(
+    store: ResponseStore,
+    request_id: str,
+    session_id: str,
+    *,
+    after: int = -1,
+    heartbeat: float = 15.0,
+    idle_timeout: float = 60.0,
+) -> AsyncIterator[dict[str, Any] | None]:
+    """The frames of a streamed turn from the store: chunks above ``after``, then ``done``.
+
+    Yields ``None`` when ``heartbeat`` seconds pass without news (time for a keep-alive), and
+    ends with an error frame after ``idle_timeout`` seconds without any. A frame of another
+    session ends the stream as not found: a reply is never readable under another session.
+    """
+    seen, quiet_since = after, time.monotonic()
+    while True:
+        record = await call(store.nonblocking, store.get, request_id)
+        for frame in await call(store.nonblocking, store.chunks, request_id, seen):
+            if frame.get("session_id") != session_id:
+                yield _not_found(request_id, session_id)
+                return
+            seen, quiet_since = int(frame["index"]), time.monotonic()
+            yield frame
+        if record is not None:
+            same = record.session_id == session_id
+            yield done_frame(record) if same else _not_found(request_id, session_id)
+            return
+        if time.monotonic() - quiet_since >= idle_timeout:
+            yield error_frame(request_id, session_id, "TIMEOUT", "no news of the turn in time")
+            return
+        if not await store.wait_change(request_id, heartbeat, seen):
+            yield None
+
+
+def _not_found(request_id: str, session_id: str) -> dict[str, Any]:
+    return error_frame(request_id, session_id, "NOT_FOUND", "no such turn in this session")

@@ -1,0 +1,1 @@
+"""The real-time HTTP front: Server-Sent Events and WebSocket, beside the REST routes."""

@@ -1,0 +1,185 @@
+"""The chat WebSocket (``/ws``): many turns of many sessions over one connection.
+
+Client frames are JSON objects ``{"route": "chat", "request_id"?: str, "body": {"session_id",
+"prompt", "agent"?, "stream"?: bool}}``; a flat frame without ``body`` is read as the body itself.
+The server answers ``CHAT_QUEUED`` once the turn is on the queue, then either ``CHAT_RESPONSE``
+or ``STREAM_CHUNK`` frames ending with ``done``. Anything wrong with a frame is answered with a
+``SYSTEM_RESPONSE`` and the connection stays open; closing it mid-turn leaves the turn running.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+import re
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from fastapi import WebSocket, WebSocketDisconnect
+
+from agentkernel.pipeline.frames import read_frames
+
+if TYPE_CHECKING:
+    from agentkernel.pipeline.request_handler import ChatRequest, RequestHandler
+
+logger = logging.getLogger(__name__)
+
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{8,128}$")
+
+
+class FrameError(Exception):
+    """A client frame that cannot be served; answered with a ``SYSTEM_RESPONSE``."""
+
+    def __init__(self, code: str, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.request_id = code, request_id
+
+
+def system_response(code: str, message: str, request_id: str | None = None) -> dict[str, Any]:
+    frame = {"type": "SYSTEM_RESPONSE", "error": code, "message": message}
+    return frame | ({"request_id": request_id} if request_id else {})
+
+
+class ChatSocket:
+    """Serves one WebSocket connection for a :class:`RequestHandler`."""
+
+    def __init__(self, handler: RequestHandler, websocket: WebSocket) -> None:
+        self.handler, self.ws = handler, websocket
+        self.api = handler.config.api
+        self._send_lock = asyncio.Lock()
+        self._turns: set[asyncio.Task[None]] = set()
+
+    async def serve(self) -> None:
+        await self.ws.accept()
+        try:
+            while True:
+                message = await self.ws.receive()
+                if message["type"] == "websocket.disconnect":
+                    return
+                text = message.get("text")
+                if text is None and message.get("bytes") is not None:
+                    text = message["bytes"].decode("utf-8", "replace")
+                await self._on_frame(text or "")
+        except WebSocketDisconnect:
+            return
+        finally:
+            for task in self._turns:  # the turns themselves go on in the runners
+                task.cancel()
+
+    async def _on_frame(self, text: str) -> None:
+        request_id = None
+        try:
+            frame = self._decode(text)
+            request_id = _request_id(frame)
+            chat = self._chat(frame, request_id)
+            if len(self._turns) >= self.api.ws_max_turns:
+                raise FrameError(
+                    "TOO_MANY_TURNS",
+                    f"at most {self.api.ws_max_turns} turns may be open on one connection",
+                    request_id,
+                )
+            await self.handler.enqueue(chat, request_id)
+        except FrameError as exc:
+            await self.send(system_response(exc.code, str(exc), exc.request_id or request_id))
+            return
+        except Exception as exc:  # an HTTPError from validation or the enqueue
+            doc = getattr(exc, "doc", {"error": "INTERNAL", "message": "the turn failed"})
+            await self.send(system_response(doc["error"], doc["message"], request_id))
+            return
+        queued = {"type": "CHAT_QUEUED", "request_id": request_id, "session_id": chat.session_id}
+        await self.send(queued)
+        task = asyncio.create_task(self._answer(chat, request_id))
+        self._turns.add(task)
+        task.add_done_callback(self._turns.discard)
+
+    def _decode(self, text: str) -> dict[str, Any]:
+        if len(text.encode()) > self.api.max_body_bytes:
+            raise FrameError(
+                "FRAME_TOO_LARGE", f"frames are limited to {self.api.max_body_bytes} bytes"
+            )
+        try:
+            frame = json.loads(text)
+        except (ValueError, RecursionError) as exc:
+            raise FrameError("INVALID_JSON", f"the frame is not valid JSON: {exc}") from exc
+        if not isinstance(frame, dict):
+            raise FrameError("INVALID_JSON", "a frame must be a JSON object")
+        if frame.get("route", "chat") != "chat":
+            raise FrameError("UNKNOWN_ROUTE", f"unknown route {str(frame['route'])[:64]!r}")
+        return frame
+
+    def _chat(self, frame: dict[str, Any], request_id: str) -> ChatRequest:
+        from agentkernel.pipeline.request_handler import HTTPError, parse_chat
+
+        body = (
+            frame["body"]
+            if "body" in frame
+            else {k: v for k, v in frame.items() if k not in ("route", "request_id")}
+        )
+        if not isinstance(body, dict):
+            raise FrameError("INVALID_REQUEST", "body must be a JSON object", request_id)
+        try:
+            return self.handler.check_chat(parse_chat(json.dumps(body).encode()))
+        except HTTPError as exc:
+            raise FrameError(exc.doc["error"], exc.doc["message"], request_id) from exc
+
+    async def _answer(self, chat: ChatRequest, request_id: str) -> None:
+        try:
+            if chat.stream:
+                await self._stream(chat, request_id)
+            else:
+                await self._reply(chat, request_id)
+        except (WebSocketDisconnect, RuntimeError):
+            logger.debug("socket closed before turn %s was answered", request_id)
+        except Exception as exc:
+            logger.warning("answering turn %s over WebSocket failed: %r", request_id, exc)
+            await self._try_send(system_response("STORE_UNAVAILABLE", str(exc), request_id))
+
+    async def _stream(self, chat: ChatRequest, request_id: str) -> None:
+        frames = read_frames(
+            self.handler.store,
+            request_id,
+            chat.session_id,
+            heartbeat=self.api.stream_heartbeat,
+            idle_timeout=self.api.sync_timeout,
+        )
+        async for frame in frames:
+            if frame is not None:
+                await self.send(frame)
+
+    async def _reply(self, chat: ChatRequest, request_id: str) -> None:
+        record = await self.handler.store.wait(request_id, self.api.sync_timeout)
+        if record is None:
+            message = "no reply within the wait budget; poll for it with the request_id"
+            await self.send(system_response("TIMEOUT", message, request_id))
+            return
+        if record.session_id != chat.session_id:  # a request id taken by another session
+            await self.send(
+                system_response("NOT_FOUND", "no such turn in this session", request_id)
+            )
+            return
+        frame = {
+            "type": "CHAT_RESPONSE",
+            "request_id": request_id,
+            "session_id": record.session_id,
+            "status_code": record.status_code,
+        }
+        await self.send(frame | {k: v for k, v in record.body.items() if k not in frame})
+
+    async def send(self, frame: dict[str, Any]) -> None:
+        async with self._send_lock:
+            await self.ws.send_text(json.dumps(frame))
+
+    async def _try_send(self, frame: dict[str, Any]) -> None:
+        with contextlib.suppress(WebSocketDisconnect, RuntimeError):
+            await self.send(frame)
+
+
+def _request_id(frame: dict[str, Any]) -> str:
+    given = frame.get("request_id")
+    if given is None:
+        return uuid.uuid4().hex
+    if not isinstance(given, str) or not _CLIENT_REQUEST_ID.match(given):
+        raise FrameError("INVALID_REQUEST_ID", "request_id must be 8-128 of A-Z a-z 0-9 _ . : -")
+    return given
