@@ -1,0 +1,169 @@
+"""Streaming benchmarks: time to first token through the pipeline, and chunks per second.
+
+1. Time to first token: the agent yields its own wall-clock time as its first token; the client
+   subtracts it from the time the SSE event arrived. Run embedded (``agentkernel serve``) and
+   split (``agentkernel io`` + ``agentkernel runner`` on NATS JetStream + Redis), sequentially.
+2. Chunks per second delivered over SSE: one client, then 100 concurrent clients, each turn
+   yielding ``--chunks`` chunks as fast as the agent can (a tenth as many per client for 100
+   split clients: every chunk is a broker message, and a stream that hears nothing for
+   ``api.sync_timeout`` ends with TIMEOUT like a sync request).
+
+Usage: python benchmarks/bench_streaming.py [--turns 200] [--chunks 200] [--split]
+(--split needs NATS on 127.0.0.1:4222 and Redis on 127.0.0.1:6379.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+import uuid
+from pathlib import Path
+
+import httpx
+
+HERE = Path(__file__).parent
+AGENTS = HERE / "_stream_agents.py"
+SSE = {"Accept": "text/event-stream"}
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    return subprocess.Popen(
+        [sys.executable, "-m", "agentkernel", *args],
+        env=os.environ | env,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def wait_healthy(url: str) -> None:
+    for _ in range(300):
+        try:
+            if httpx.get(url + "/health", timeout=1).status_code == 200:
+                return
+        except httpx.HTTPError:
+            time.sleep(0.05)
+    raise RuntimeError(f"{url} did not start")
+
+
+def first_token_delays(url: str, turns: int) -> list[float]:
+    delays = []
+    with httpx.Client(base_url=url, timeout=30) as client:
+        for i in range(turns):
+            body = {"session_id": f"ttft-{i % 20}", "prompt": "go", "agent": "stamp"}
+            with client.stream("POST", "/api/v1/chat", json=body, headers=SSE) as r:
+                for line in r.iter_lines():
+                    if line.startswith("data: "):
+                        frame = json.loads(line[6:])
+                        delays.append((time.time() - float(frame["delta"])) * 1000)
+                        break
+    return delays
+
+
+async def one_stream(client: httpx.AsyncClient, chunks: int) -> int:
+    body = {"session_id": uuid.uuid4().hex, "prompt": "go", "agent": "burst", "count": chunks}
+    received = 0
+    async with client.stream("POST", "/api/v1/chat", json=body, headers=SSE) as r:
+        async for line in r.aiter_lines():
+            if line.startswith("data: "):
+                frame = json.loads(line[6:])
+                if frame.get("done"):
+                    if "error" in frame:
+                        raise RuntimeError(f"stream failed: {frame}")
+                    return received
+                received += 1
+    return received
+
+
+async def chunk_rate(url: str, clients: int, chunks: int) -> float:
+    limits = httpx.Limits(max_connections=clients + 5)
+    async with httpx.AsyncClient(base_url=url, timeout=120, limits=limits) as client:
+        started = time.perf_counter()
+        counts = await asyncio.gather(*(one_stream(client, chunks) for _ in range(clients)))
+        elapsed = time.perf_counter() - started
+    assert all(c == chunks for c in counts), counts
+    return sum(counts) / elapsed
+
+
+def report(name: str, delays: list[float]) -> None:
+    ordered = sorted(delays)
+    p99 = ordered[min(len(ordered) - 1, int(0.99 * len(ordered)))]
+    print(
+        f"{name:<28} first-token delay p50 {statistics.median(delays):7.2f} ms   p99 {p99:7.2f} ms"
+    )
+
+
+def embedded(args: argparse.Namespace) -> None:
+    port = free_port()
+    proc = spawn(["serve", str(AGENTS), "--port", str(port)], {})
+    url = f"http://127.0.0.1:{port}"
+    try:
+        wait_healthy(url)
+        first_token_delays(url, 10)  # warm up
+        report("embedded", first_token_delays(url, args.turns))
+        for clients in (1, 100):
+            rate = asyncio.run(chunk_rate(url, clients, args.chunks))
+            print(f"embedded, {clients:>3} SSE client(s) x {args.chunks:>3} {rate:10,.0f} chunks/s")
+    finally:
+        proc.terminate()
+        proc.wait(20)
+
+
+def split(args: argparse.Namespace) -> None:
+    tag = uuid.uuid4().hex[:8].upper()
+    env = {
+        "AK_EXECUTION__QUEUES__TYPE": "nats",
+        "AK_EXECUTION__QUEUES__NATS__INPUT_STREAM": f"BENCH_IN_{tag}",
+        "AK_EXECUTION__QUEUES__NATS__INPUT_SUBJECT_PREFIX": f"bench{tag}.in",
+        "AK_EXECUTION__QUEUES__NATS__OUTPUT_STREAM": f"BENCH_OUT_{tag}",
+        "AK_EXECUTION__QUEUES__NATS__OUTPUT_SUBJECT_PREFIX": f"bench{tag}.out",
+        "AK_EXECUTION__QUEUES__NATS__AUTO_PROVISION": "true",
+        "AK_EXECUTION__RESPONSE_STORE__TYPE": "redis",
+        "AK_EXECUTION__RESPONSE_STORE__REDIS__URL": "redis://127.0.0.1:6379/0",
+        "AK_EXECUTION__RESPONSE_STORE__REDIS__PREFIX": f"bench:{tag}:",
+    }
+    port = free_port()
+    io = spawn(["io", "--port", str(port)], env)
+    url = f"http://127.0.0.1:{port}"
+    runner = None
+    try:
+        wait_healthy(url)
+        runner = spawn(["runner", str(AGENTS)], env)
+        first_token_delays(url, 10)
+        report("split (NATS + Redis)", first_token_delays(url, args.turns))
+        for clients, chunks in ((1, args.chunks), (100, args.chunks // 10)):
+            rate = asyncio.run(chunk_rate(url, clients, chunks))
+            print(f"split, {clients:>3} SSE client(s) x {chunks:>3}   {rate:10,.0f} chunks/s")
+    finally:
+        for proc in (runner, io):
+            if proc is not None:
+                proc.terminate()
+                proc.wait(20)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--turns", type=int, default=200)
+    parser.add_argument("--chunks", type=int, default=200)
+    parser.add_argument("--split", action="store_true", help="also run IO + runner on NATS")
+    args = parser.parse_args()
+    embedded(args)
+    if args.split:
+        split(args)
+
+
+if __name__ == "__main__":
+    main()
