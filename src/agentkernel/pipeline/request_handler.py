@@ -9,22 +9,25 @@ ends. Bad input is answered with a 4xx JSON error and never enqueued.
 from __future__ import annotations
 
 import asyncio
-import json
 import logging
 import re
 import secrets
-import uuid
 from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import MessageRejectedError
 from agentkernel.pipeline.blocking import call
+from agentkernel.pipeline.chat import (
+    ChatRequest,
+    HTTPError,
+    parse_chat,
+    request_id_for,
+)
 from agentkernel.pipeline.envelope import (
     ATTR_REQUEST_ID,
     ATTR_TRACEPARENT,
@@ -38,42 +41,12 @@ from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.base import QueueTransport
 
+__all__ = ["CHAT_PATH", "ChatRequest", "HTTPError", "RequestHandler", "parse_chat"]
+
 logger = logging.getLogger(__name__)
 
 CHAT_PATH = "/api/v1/chat"
 _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-_IDEMPOTENCY_NS = uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10")
-
-
-class ChatRequest(BaseModel):
-    """Body of ``POST /api/v1/chat``; extra fields are passed to the agent as ``turn.extra``."""
-
-    model_config = ConfigDict(extra="allow")
-
-    session_id: str = Field(
-        min_length=1,
-        max_length=256,
-        pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="Conversation id; turns of one session run one at a time, in order.",
-    )
-    prompt: str = Field(min_length=1, description="The user's message.")
-    agent: str | None = Field(
-        None, max_length=64, description="Agent to run; default: the first registered one."
-    )
-    stream: bool = Field(
-        False,
-        description="Send the reply as chunks while the agent produces them (set by SSE and "
-        "WebSocket clients).",
-    )
-
-
-class HTTPError(Exception):
-    """An error answer: status plus a JSON document with ``error`` and ``message``."""
-
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
-        super().__init__(message)
-        self.status = status
-        self.doc = {"error": code, "message": message, **extra}
 
 
 class RequestHandler:
@@ -199,12 +172,7 @@ class RequestHandler:
     @staticmethod
     def _request_id(request: Request, session_id: str) -> tuple[str, bool]:
         """A fresh id, or one derived from ``Idempotency-Key`` (same key, same turn)."""
-        key = request.headers.get("idempotency-key")
-        if key is None:
-            return uuid.uuid4().hex, True
-        if not 1 <= len(key) <= 255:
-            raise HTTPError(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be 1-255 chars")
-        return uuid.uuid5(_IDEMPOTENCY_NS, f"{session_id}\n{key}").hex, False
+        return request_id_for(session_id, request.headers.get("idempotency-key"))
 
     async def _enqueue(self, chat: ChatRequest, request_id: str, traceparent: str) -> None:
         message = QueueMessage(
@@ -278,31 +246,6 @@ class RequestHandler:
     async def metrics(self) -> PlainTextResponse:
         """Prometheus metrics of this process."""
         return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
-
-
-def parse_chat(raw: bytes) -> ChatRequest:
-    """Decode and validate a chat body.
-
-    Raises:
-        HTTPError: 400 for a body that is not a JSON object, 422 for invalid fields.
-    """
-    try:
-        data = json.loads(raw)
-    except (ValueError, UnicodeDecodeError) as exc:
-        raise HTTPError(400, "INVALID_JSON", f"the body is not valid JSON: {exc}") from exc
-    except RecursionError as exc:
-        raise HTTPError(400, "INVALID_JSON", "the body is nested too deeply") from exc
-    if not isinstance(data, dict):
-        raise HTTPError(400, "INVALID_JSON", "the body must be a JSON object")
-    try:
-        return ChatRequest.model_validate(data)
-    except ValidationError as exc:
-        details = [
-            {"field": ".".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()
-        ]
-        raise HTTPError(
-            422, "INVALID_REQUEST", "the chat request is invalid", details=details
-        ) from exc
 
 
 def _record_response(

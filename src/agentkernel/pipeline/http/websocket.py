@@ -19,10 +19,11 @@ from typing import TYPE_CHECKING, Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 
+from agentkernel.pipeline.chat import ChatRequest, HTTPError, parse_chat
 from agentkernel.pipeline.frames import read_frames
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.request_handler import ChatRequest, RequestHandler
+    from agentkernel.pipeline.request_handler import RequestHandler
 
 logger = logging.getLogger(__name__)
 
@@ -110,8 +111,6 @@ class ChatSocket:
         return frame
 
     def _chat(self, frame: dict[str, Any], request_id: str) -> ChatRequest:
-        from agentkernel.pipeline.request_handler import HTTPError, parse_chat
-
         body = (
             frame["body"]
             if "body" in frame
