@@ -1,4 +1,4 @@
-"""AWS entry points with the queue-mode guide's names (ECS and Lambda).
+"""AWS entry points with the queue-mode guide's names (ECS containers and Lambda functions).
 
 Imported lazily, so ``import agentkernel.aws`` costs nothing until a class is used.
 """
@@ -17,7 +17,12 @@ if TYPE_CHECKING:
         ECSQueueRequestHandler,
         ECSSQSConsumer,
     )
+    from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
+    from agentkernel.aws.request import Lambda
+    from agentkernel.aws.responder import ResponseHandler
+    from agentkernel.aws.runner import ServerlessAgentRunner, ServerlessStreamAgentRunner
     from agentkernel.aws.scaling import BacklogPublisher, backlog_per_task
+    from agentkernel.aws.websocket import WebsocketConnectionHandler
     from agentkernel.pipeline.consumer import QueueConsumer
 
 __all__ = [
@@ -27,7 +32,13 @@ __all__ = [
     "ECSOutputConsumer",
     "ECSQueueRequestHandler",
     "ECSSQSConsumer",
+    "Lambda",
+    "LambdaSQSConsumer",
     "QueueConsumer",
+    "ResponseHandler",
+    "ServerlessAgentRunner",
+    "ServerlessStreamAgentRunner",
+    "WebsocketConnectionHandler",
     "backlog_per_task",
 ]
 
@@ -38,6 +49,12 @@ _LAZY = {
     "ECSQueueRequestHandler": "agentkernel.aws.ecs",
     "ECSSQSConsumer": "agentkernel.aws.ecs",
     "QueueConsumer": "agentkernel.pipeline.consumer",
+    "Lambda": "agentkernel.aws.request",
+    "LambdaSQSConsumer": "agentkernel.aws.lambda_consumer",
+    "ResponseHandler": "agentkernel.aws.responder",
+    "ServerlessAgentRunner": "agentkernel.aws.runner",
+    "ServerlessStreamAgentRunner": "agentkernel.aws.runner",
+    "WebsocketConnectionHandler": "agentkernel.aws.websocket",
     "BacklogPublisher": "agentkernel.aws.scaling",
     "backlog_per_task": "agentkernel.aws.scaling",
 }

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import ClassVar
 
+from agentkernel.aws.settings import ecs_config
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.agent_runner import AgentRunner
@@ -24,19 +25,6 @@ from agentkernel.pipeline.transport.base import (
     QueueTransportFactory,
     TransportConsumer,
 )
-
-
-def ecs_config(config: AKConfig | None = None) -> AKConfig:
-    """The configuration with the ECS defaults: SQS queues, DynamoDB replies when a table is set."""
-    config = config if config is not None else AKConfig.get()
-    execution = config.execution
-    queues, store = execution.queues, execution.response_store
-    if queues.type == "in_memory":
-        queues = queues.model_copy(update={"type": "sqs"})
-    if store.type == "in_memory" and store.dynamodb is not None and store.dynamodb.table_name:
-        store = store.model_copy(update={"type": "dynamodb"})
-    execution = execution.model_copy(update={"queues": queues, "response_store": store})
-    return config.model_copy(update={"execution": execution})
 
 
 class ECSSQSConsumer(QueueConsumer):

@@ -253,11 +253,12 @@ class RunnerConfig(_Block):
 class ExecutionConfig(_Block):
     """``execution``: the pipeline between the API and the agents."""
 
-    mode: Literal["rest_sync", "rest_async"] = Field(
+    mode: Literal["rest_sync", "rest_async", "async", "stream"] = Field(
         "rest_sync",
         description="Default reply mode of POST /api/v1/chat: rest_sync waits for the reply, "
         "rest_async answers 202 at once. A client can ask for async per request with "
-        "'Prefer: respond-async'.",
+        "'Prefer: respond-async'. async and stream are the serverless WebSocket modes (replies "
+        "pushed to the connection; stream pushes chunks); a REST POST answers 202 in them.",
     )
     queues: QueuesConfig = Field(default_factory=QueuesConfig, description="Queue transport.")
     response_store: ResponseStoreConfig = Field(
@@ -275,6 +276,22 @@ class SessionConfig(_Block):
     ttl: float = Field(604800.0, gt=0, description="Seconds a session's state is kept.")
     redis: RedisStoreConfig | None = Field(None, description="Redis session store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB session settings.")
+
+
+class WebSocketConfig(_Block):
+    """``api.websocket``: serverless WebSocket connections (API Gateway)."""
+
+    connections_table: str | None = Field(
+        None,
+        description="DynamoDB table of open WebSocket connections (hash key connection_id, TTL "
+        "attribute expiry_time), written by the connection handler Lambda.",
+    )
+    connection_ttl: float = Field(
+        7200.0,
+        gt=0,
+        description="Seconds a connection record lives (API Gateway closes "
+        "connections after 2 hours).",
+    )
 
 
 class ApiConfig(_Block):
@@ -299,6 +316,9 @@ class ApiConfig(_Block):
     )
     ws_max_turns: int = Field(
         32, ge=1, description="Turns one WebSocket connection may have open at once."
+    )
+    websocket: WebSocketConfig = Field(
+        default_factory=WebSocketConfig, description="Serverless WebSocket connections."
     )
 
 

@@ -31,7 +31,7 @@ import json
 import logging
 import time
 from collections import OrderedDict
-from typing import Any
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
@@ -47,8 +47,11 @@ from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
+    ATTR_CONNECTION_ID,
+    ATTR_ENDPOINT,
     ATTR_REQUEST_ID,
     ATTR_STATUS_CODE,
+    ATTR_STREAM,
     ATTR_TRACEPARENT,
     ATTR_USER_ID,
     QueueMessage,
@@ -62,7 +65,13 @@ from agentkernel.session import SessionRecord, SessionStore, TurnOutcome, create
 
 logger = logging.getLogger(__name__)
 
-FORWARDED_ATTRIBUTES = (ATTR_USER_ID, ATTR_TRACEPARENT)
+FORWARDED_ATTRIBUTES = (
+    ATTR_USER_ID,
+    ATTR_TRACEPARENT,
+    ATTR_STREAM,
+    ATTR_CONNECTION_ID,
+    ATTR_ENDPOINT,
+)
 
 
 class ChatTurnBody(BaseModel):
@@ -91,6 +100,9 @@ class AgentRunner(QueueConsumer):
         queues: queue settings; default ``execution.queues``.
         runner: runner settings; default ``execution.runner``.
     """
+
+    #: Stream every turn's reply as chunks, whatever the request asked (the stream runner).
+    stream_all: ClassVar[bool] = False
 
     def __init__(
         self,
@@ -185,7 +197,8 @@ class AgentRunner(QueueConsumer):
             attempt=message.receive_count,
             traceparent=message.attributes.get(ATTR_TRACEPARENT),
         )
-        stream = self._streamer(message, turn) if body.stream else None
+        streamed = body.stream or self.stream_all or ATTR_STREAM in message.attributes
+        stream = self._streamer(message, turn) if streamed else None
         status, doc, state = await self._execute(agent, turn, stream)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, state)
@@ -384,6 +397,8 @@ class AgentRunner(QueueConsumer):
         request_id = outcome.request_id
         attributes = self.reply_attributes(message, request_id)
         attributes[ATTR_STATUS_CODE] = str(outcome.status_code)
+        if self.stream_all:
+            attributes[ATTR_STREAM] = "1"
         reply = QueueMessage(
             body=outcome.body,
             attributes=attributes,

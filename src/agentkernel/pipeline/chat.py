@@ -7,6 +7,7 @@ FastAPI on a cold start.
 from __future__ import annotations
 
 import json
+import re
 import uuid
 from typing import Any
 
@@ -82,3 +83,64 @@ def request_id_for(session_id: str, idempotency_key: str | None) -> tuple[str, b
     if not 1 <= len(idempotency_key) <= 255:
         raise HTTPError(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be 1-255 chars")
     return uuid.uuid5(_IDEMPOTENCY_NS, f"{session_id}\n{idempotency_key}").hex, False
+
+
+# -- WebSocket chat frames ---------------------------------------------------------------------
+
+_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{8,128}$")
+
+
+class FrameError(Exception):
+    """A client frame that cannot be served; answered with a ``SYSTEM_RESPONSE`` frame."""
+
+    def __init__(self, code: str, message: str, request_id: str | None = None) -> None:
+        super().__init__(message)
+        self.code, self.request_id = code, request_id
+
+
+def system_response(code: str, message: str, request_id: str | None = None) -> dict[str, Any]:
+    """The frame answering a WebSocket frame that cannot be served."""
+    frame = {"type": "SYSTEM_RESPONSE", "error": code, "message": message}
+    return frame | ({"request_id": request_id} if request_id else {})
+
+
+def parse_frame(text: str, max_bytes: int) -> tuple[str, ChatRequest]:
+    """Read a chat frame ``{"route": "chat", "request_id"?, "body": {...}}`` (or a flat body).
+
+    Returns:
+        the turn's request id (the client's, or a fresh one) and the chat request.
+
+    Raises:
+        FrameError: the frame is too large, not JSON, for another route, or invalid.
+    """
+    if len(text.encode()) > max_bytes:
+        raise FrameError("FRAME_TOO_LARGE", f"frames are limited to {max_bytes} bytes")
+    try:
+        frame = json.loads(text)
+    except (ValueError, RecursionError) as exc:
+        raise FrameError("INVALID_JSON", f"the frame is not valid JSON: {exc}") from exc
+    if not isinstance(frame, dict):
+        raise FrameError("INVALID_JSON", "a frame must be a JSON object")
+    if frame.get("route", "chat") != "chat":
+        raise FrameError("UNKNOWN_ROUTE", f"unknown route {str(frame['route'])[:64]!r}")
+    request_id = _frame_request_id(frame)
+    body = (
+        frame["body"]
+        if "body" in frame
+        else {k: v for k, v in frame.items() if k not in ("route", "request_id")}
+    )
+    if not isinstance(body, dict):
+        raise FrameError("INVALID_REQUEST", "body must be a JSON object", request_id)
+    try:
+        return request_id, parse_chat(json.dumps(body).encode())
+    except HTTPError as exc:
+        raise FrameError(exc.doc["error"], exc.doc["message"], request_id) from exc
+
+
+def _frame_request_id(frame: dict[str, Any]) -> str:
+    given = frame.get("request_id")
+    if given is None:
+        return uuid.uuid4().hex
+    if not isinstance(given, str) or not _CLIENT_REQUEST_ID.match(given):
+        raise FrameError("INVALID_REQUEST_ID", "request_id must be 8-128 of A-Z a-z 0-9 _ . : -")
+    return given

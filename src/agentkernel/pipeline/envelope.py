@@ -13,6 +13,12 @@ ATTR_STATUS_CODE = "status_code"
 ATTR_TRACEPARENT = "traceparent"
 #: Set on OUTPUT messages that carry one chunk of a streamed reply: the chunk's 0-based index.
 ATTR_CHUNK_INDEX = "chunk_index"
+#: Set on a turn whose reply is streamed as chunks (forwarded to its reply).
+ATTR_STREAM = "stream"
+#: The WebSocket connection a turn came from, and the API Gateway management endpoint that
+#: reaches it (serverless WebSocket turns; forwarded to the reply).
+ATTR_CONNECTION_ID = "ws_connection_id"
+ATTR_ENDPOINT = "ws_endpoint"
 
 
 class QueueName(StrEnum):

@@ -280,7 +280,7 @@ def _accepted(session_id: str, request_id: str) -> JSONResponse:
 def _wants_async(request: Request, mode: str) -> bool:
     prefer = request.headers.get("prefer", "")
     tokens = {token.strip().split("=")[0].lower() for token in prefer.split(",")}
-    return mode == "rest_async" or "respond-async" in tokens
+    return mode != "rest_sync" or "respond-async" in tokens
 
 
 def _traceparent(request: Request | None) -> str:

@@ -13,34 +13,23 @@ import asyncio
 import contextlib
 import json
 import logging
-import re
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 
-from agentkernel.pipeline.chat import ChatRequest, HTTPError, parse_chat
+from agentkernel.pipeline.chat import (
+    ChatRequest,
+    FrameError,
+    HTTPError,
+    parse_frame,
+    system_response,
+)
 from agentkernel.pipeline.frames import read_frames
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.request_handler import RequestHandler
 
 logger = logging.getLogger(__name__)
-
-_CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{8,128}$")
-
-
-class FrameError(Exception):
-    """A client frame that cannot be served; answered with a ``SYSTEM_RESPONSE``."""
-
-    def __init__(self, code: str, message: str, request_id: str | None = None) -> None:
-        super().__init__(message)
-        self.code, self.request_id = code, request_id
-
-
-def system_response(code: str, message: str, request_id: str | None = None) -> dict[str, Any]:
-    frame = {"type": "SYSTEM_RESPONSE", "error": code, "message": message}
-    return frame | ({"request_id": request_id} if request_id else {})
 
 
 class ChatSocket:
@@ -72,9 +61,8 @@ class ChatSocket:
     async def _on_frame(self, text: str) -> None:
         request_id = None
         try:
-            frame = self._decode(text)
-            request_id = _request_id(frame)
-            chat = self._chat(frame, request_id)
+            request_id, chat = parse_frame(text, self.api.max_body_bytes)
+            chat = self._check(chat, request_id)
             if len(self._turns) >= self.api.ws_max_turns:
                 raise FrameError(
                     "TOO_MANY_TURNS",
@@ -95,31 +83,9 @@ class ChatSocket:
         self._turns.add(task)
         task.add_done_callback(self._turns.discard)
 
-    def _decode(self, text: str) -> dict[str, Any]:
-        if len(text.encode()) > self.api.max_body_bytes:
-            raise FrameError(
-                "FRAME_TOO_LARGE", f"frames are limited to {self.api.max_body_bytes} bytes"
-            )
+    def _check(self, chat: ChatRequest, request_id: str) -> ChatRequest:
         try:
-            frame = json.loads(text)
-        except (ValueError, RecursionError) as exc:
-            raise FrameError("INVALID_JSON", f"the frame is not valid JSON: {exc}") from exc
-        if not isinstance(frame, dict):
-            raise FrameError("INVALID_JSON", "a frame must be a JSON object")
-        if frame.get("route", "chat") != "chat":
-            raise FrameError("UNKNOWN_ROUTE", f"unknown route {str(frame['route'])[:64]!r}")
-        return frame
-
-    def _chat(self, frame: dict[str, Any], request_id: str) -> ChatRequest:
-        body = (
-            frame["body"]
-            if "body" in frame
-            else {k: v for k, v in frame.items() if k not in ("route", "request_id")}
-        )
-        if not isinstance(body, dict):
-            raise FrameError("INVALID_REQUEST", "body must be a JSON object", request_id)
-        try:
-            return self.handler.check_chat(parse_chat(json.dumps(body).encode()))
+            return self.handler.check_chat(chat)
         except HTTPError as exc:
             raise FrameError(exc.doc["error"], exc.doc["message"], request_id) from exc
 
@@ -173,12 +139,3 @@ class ChatSocket:
     async def _try_send(self, frame: dict[str, Any]) -> None:
         with contextlib.suppress(WebSocketDisconnect, RuntimeError):
             await self.send(frame)
-
-
-def _request_id(frame: dict[str, Any]) -> str:
-    given = frame.get("request_id")
-    if given is None:
-        return uuid.uuid4().hex
-    if not isinstance(given, str) or not _CLIENT_REQUEST_ID.match(given):
-        raise FrameError("INVALID_REQUEST_ID", "request_id must be 8-128 of A-Z a-z 0-9 _ . : -")
-    return given

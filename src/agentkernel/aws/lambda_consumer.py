@@ -1,0 +1,105 @@
+"""``LambdaSQSConsumer``: a queue consumer driven by an SQS event source mapping.
+
+The mapping polls, and deletes the records the handler did not report; the handler runs one
+batch and returns ``{"batchItemFailures": [...]}``. Sessions of a batch run concurrently, the
+records of one session in order; once a record of a session fails, that session's later
+records are reported too without being run, so FIFO order survives the retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections import defaultdict
+from typing import Any, ClassVar
+
+from agentkernel.aws.events import BadEvent, sqs_message
+from agentkernel.pipeline.consumer import QueueConsumer, is_async_callable
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.lease import LeaseKeeper
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+
+logger = logging.getLogger(__name__)
+
+
+class LambdaSQSConsumer(QueueConsumer):
+    """Base of the Lambda consumers: one SQS batch per invocation.
+
+    Subclasses give ``process_message``/``on_permanent_failure`` (from the pipeline component
+    they adapt) and ``max_receive_count``. On the last allowed delivery a failure is answered
+    with an error reply instead of being retried, so a caller is never left waiting when the
+    queue's redrive policy moves the record to its dead-letter queue.
+    """
+
+    queue: ClassVar[QueueName]
+    transport: QueueTransport
+    max_receive_count: int = 3
+
+    def handle_batch(self, event: dict[str, Any]) -> dict[str, Any]:
+        """Run one event source mapping batch; returns the records to retry."""
+        return asyncio.run(self.handle_batch_async(event))
+
+    async def handle_batch_async(self, event: dict[str, Any]) -> dict[str, Any]:
+        sessions: dict[str, list[QueueMessage]] = defaultdict(list)
+        for record in event.get("Records") or []:
+            try:
+                message = sqs_message(record)
+            except BadEvent:
+                logger.error("dropping a record that is not an SQS message", exc_info=True)
+                continue
+            sessions[message.group_id or message.message_id or ""].append(message)
+        leases = self._lease_keeper() if sessions else None
+        try:
+            failed = await asyncio.gather(*(self._session(ms, leases) for ms in sessions.values()))
+        finally:
+            if leases is not None:
+                leases[0].stop()
+        return {"batchItemFailures": [{"itemIdentifier": i} for ids in failed for i in ids]}
+
+    async def _session(
+        self, messages: list[QueueMessage], leases: tuple[LeaseKeeper, TransportConsumer] | None
+    ) -> list[str]:
+        for position, message in enumerate(messages):
+            if leases is not None:
+                leases[0].track(leases[1], message)
+            try:
+                await self._one(message)
+            except Exception:
+                logger.warning("record %s failed; retrying it", message.message_id, exc_info=True)
+                return [str(m.message_id) for m in messages[position:]]
+            finally:
+                if leases is not None:
+                    leases[0].untrack(message)
+        return []
+
+    async def _one(self, message: QueueMessage) -> None:
+        if message.receive_count > self.max_receive_count:
+            await _call(self.on_permanent_failure, message)
+            return
+        try:
+            await _call(self.process_message, message)
+        except Exception:
+            if message.receive_count < self.max_receive_count:
+                raise
+            logger.warning(
+                "record %s failed on its last attempt", message.message_id, exc_info=True
+            )
+            final = message.model_copy(update={"receive_count": message.receive_count + 1})
+            await _call(self.on_permanent_failure, final)
+
+    def _lease_keeper(self) -> tuple[LeaseKeeper, TransportConsumer] | None:
+        """Extends the visibility of records still running near its end (SQS only)."""
+        consumer = getattr(self, "_lease_consumer", None)
+        if consumer is None:
+            try:  # one per container: creating it reads the queue's visibility timeout
+                consumer = self._lease_consumer = self.transport.create_consumer(self.queue)
+            except NotImplementedError:
+                return None
+        return LeaseKeeper(f"lambda-{self.queue}-leases"), consumer
+
+
+async def _call(fn: Any, message: QueueMessage) -> None:
+    if is_async_callable(fn):
+        await fn(message)
+    else:
+        await asyncio.to_thread(fn, message)

@@ -1,0 +1,183 @@
+"""The serverless response handler: ``ResponseHandler.handle`` (OUTPUT queue -> client).
+
+A reply to a REST turn is written to the DynamoDB response store, where the request handler (or
+a poll) finds it. A reply to a WebSocket turn (its messages carry the connection id and the
+management endpoint) is pushed to the connection with ``PostToConnection`` as a
+``CHAT_RESPONSE`` frame, or as ``STREAM_CHUNK`` frames ending with ``done`` for a streamed turn;
+it is stored too when a table is configured, so it can be polled. A connection that is gone
+(410) is forgotten and its messages are not retried.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+from typing import Any, ClassVar
+
+import boto3
+from botocore.exceptions import BotoCoreError, ClientError
+
+from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
+from agentkernel.aws.settings import ecs_config
+from agentkernel.aws.websocket import ConnectionStore
+from agentkernel.core.config import AKConfig
+from agentkernel.core.errors import ResponseStoreError
+from agentkernel.pipeline.chat import system_response
+from agentkernel.pipeline.envelope import (
+    ATTR_CHUNK_INDEX,
+    ATTR_CONNECTION_ID,
+    ATTR_ENDPOINT,
+    ATTR_STREAM,
+    QueueMessage,
+    QueueName,
+)
+from agentkernel.pipeline.frames import done_frame
+from agentkernel.pipeline.response_handler import ResponseHandler as StoreWriter
+from agentkernel.pipeline.response_handler import record_of
+from agentkernel.pipeline.response_store import ResponseStore, create_response_store
+from agentkernel.pipeline.transport.base import QueueTransportFactory
+
+logger = logging.getLogger(__name__)
+
+#: Overrides the management endpoint taken from the event (a local test server, a VPC endpoint).
+ENDPOINT_ENV = "AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI"
+
+
+class ConnectionGone(Exception):
+    """The WebSocket connection no longer exists (API Gateway answered 410)."""
+
+
+class Pusher:
+    """Posts frames to WebSocket connections through the API Gateway management API."""
+
+    def __init__(self) -> None:
+        self._clients: dict[str, Any] = {}
+        self._lock = threading.Lock()
+
+    def post(self, endpoint: str, connection_id: str, frame: dict[str, Any]) -> None:
+        """Send one frame.
+
+        Raises:
+            ConnectionGone: the client disconnected.
+            ResponseStoreError: the management API failed otherwise (retried).
+        """
+        try:
+            self._client(endpoint).post_to_connection(
+                ConnectionId=connection_id, Data=json.dumps(frame).encode()
+            )
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") == "GoneException" or _status(exc) == 410:
+                raise ConnectionGone(connection_id) from exc
+            raise ResponseStoreError(f"PostToConnection {connection_id}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise ResponseStoreError(f"PostToConnection {connection_id}: {exc}") from exc
+
+    def _client(self, endpoint: str) -> Any:
+        url = os.environ.get(ENDPOINT_ENV) or endpoint
+        with self._lock:
+            if url not in self._clients:
+                self._clients[url] = boto3.client("apigatewaymanagementapi", endpoint_url=url)
+            return self._clients[url]
+
+
+def _status(exc: ClientError) -> int | None:
+    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+    return None if status is None else int(status)
+
+
+class ResponseHandler(LambdaSQSConsumer, StoreWriter):
+    """Lambda entry for the OUTPUT queue: store replies, push WebSocket frames."""
+
+    queue = QueueName.OUTPUT
+    _instance: ClassVar[ResponseHandler | None] = None
+
+    def __init__(
+        self,
+        transport: Any,
+        store: ResponseStore | None,
+        connections: ConnectionStore | None = None,
+        pusher: Pusher | None = None,
+    ) -> None:
+        StoreWriter.__init__(self, transport, store)  # type: ignore[arg-type]
+        self.connections = connections
+        self.pusher = pusher if pusher is not None else Pusher()
+
+    @classmethod
+    def instance(cls) -> ResponseHandler:
+        if cls._instance is None:
+            config = ecs_config()
+            AKConfig.set(config)
+            store_config = config.execution.response_store
+            store = (
+                None if store_config.type == "in_memory" else create_response_store(store_config)
+            )
+            table = config.api.websocket.connections_table
+            handler = cls(
+                QueueTransportFactory.create(config.execution.queues),
+                store,
+                None
+                if table is None
+                else ConnectionStore(table, config.api.websocket.connection_ttl),
+            )
+            handler.max_receive_count = config.execution.queues.output.max_receive_count
+            cls._instance = handler
+        return cls._instance
+
+    @classmethod
+    def handle(cls, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        """Lambda entry: returns ``{"batchItemFailures": [...]}``."""
+        return cls.instance().handle_batch(event)
+
+    @classmethod
+    def reset(cls) -> None:
+        cls._instance = None
+
+    def process_message(self, message: QueueMessage) -> None:
+        connection = message.attributes.get(ATTR_CONNECTION_ID)
+        if self.store is not None and (
+            connection is None or ATTR_CHUNK_INDEX not in message.attributes
+        ):
+            StoreWriter.process_message(self, message)
+        if connection is not None:
+            self._push(message, connection, self._frame(message))
+
+    def on_permanent_failure(self, message: QueueMessage) -> None:
+        if self.store is not None:
+            StoreWriter.on_permanent_failure(self, message)
+        connection = message.attributes.get(ATTR_CONNECTION_ID)
+        if connection is not None and ATTR_CHUNK_INDEX not in message.attributes:
+            request_id = message.attributes.get("request_id")
+            frame = system_response(
+                "DELIVERY_FAILED", "the reply could not be delivered", request_id
+            )
+            self._push(message, connection, frame)
+
+    @staticmethod
+    def _frame(message: QueueMessage) -> dict[str, Any]:
+        if ATTR_CHUNK_INDEX in message.attributes:
+            frame: dict[str, Any] = json.loads(message.body)
+            return frame
+        record = record_of(message)
+        if ATTR_STREAM in message.attributes:
+            return done_frame(record)
+        frame = {
+            "type": "CHAT_RESPONSE",
+            "request_id": record.request_id,
+            "session_id": record.session_id,
+            "status_code": record.status_code,
+        }
+        return frame | {k: v for k, v in record.body.items() if k not in frame}
+
+    def _push(self, message: QueueMessage, connection: str, frame: dict[str, Any]) -> None:
+        endpoint = message.attributes.get(ATTR_ENDPOINT, "")
+        try:
+            self.pusher.post(endpoint, connection, frame)
+        except ConnectionGone:
+            logger.info(
+                "connection %s is gone; dropping message %s", connection, message.message_id
+            )
+            if self.connections is not None:
+                self.connections.remove(connection)
