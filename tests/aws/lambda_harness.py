@@ -211,7 +211,7 @@ class ManagementAPI:
         api = self
 
         class Handler(BaseHTTPRequestHandler):
-            def do_POST(self) -> None:  # noqa: N802 - http.server's naming
+            def do_POST(self) -> None:
                 connection = self.path.rsplit("/", 1)[-1]
                 data = self.rfile.read(int(self.headers.get("content-length", 0)))
                 if connection in api.gone:
