@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import inspect
+import json
 import re
 import threading
 from collections.abc import AsyncIterator, Callable, Iterable
@@ -68,9 +69,13 @@ class Agent:
         handler: ``f(turn) -> str``, ``async f(turn) -> str``, or a (sync or async) generator of
             ``str`` chunks for a streaming agent.
         description: shown by ``GET /api/v1/agents``.
+        timeout: seconds a turn of this agent may run before it is cancelled and answered
+            504 ``TURN_TIMEOUT``; default ``execution.runner.turn_timeout``.
     """
 
-    def __init__(self, name: str, handler: Handler, description: str = "") -> None:
+    def __init__(
+        self, name: str, handler: Handler, description: str = "", timeout: float | None = None
+    ) -> None:
         if not _NAME.match(name):
             raise ValueError(
                 f"invalid agent name {name!r}: use 1-64 letters, digits, '_', '.', '-'"
@@ -80,6 +85,9 @@ class Agent:
         self.name = name
         self.handler = handler
         self.description = description
+        if timeout is not None and timeout <= 0:
+            raise ValueError("an agent's timeout must be a positive number of seconds")
+        self.timeout = timeout
         self.streaming = inspect.isasyncgenfunction(handler) or inspect.isgeneratorfunction(handler)
 
     def __repr__(self) -> str:
@@ -109,7 +117,16 @@ class Agent:
             result = await asyncio.to_thread(self.handler, turn)
             if inspect.isawaitable(result):
                 result = await result
-        return "" if result is None else str(result)
+        return _text(result)
+
+
+def _text(result: Any) -> str:
+    """The reply text of an agent's return value: JSON for dicts and lists, ``str`` otherwise."""
+    if result is None:
+        return ""
+    if isinstance(result, dict | list):
+        return json.dumps(result)
+    return str(result)
 
 
 class AgentRegistry:

@@ -242,6 +242,18 @@ class RunnerConfig(_Block):
         description="Extend the message lease (visibility timeout, ack wait) while a turn runs, "
         "so a long turn is not delivered twice.",
     )
+    turn_timeout: float | None = Field(
+        None,
+        gt=0,
+        description="Seconds a turn may run before it is cancelled and answered 504 "
+        "TURN_TIMEOUT (not retried); an Agent's own timeout wins. Unset: no limit.",
+    )
+    stall_warning: float | None = Field(
+        0.1,
+        gt=0,
+        description="Warn (naming the agent and request) when code running on the runner's event "
+        "loop blocks it longer than this many seconds; async agents must not block. Unset: off.",
+    )
     isolate_last_attempt: bool = Field(
         True,
         description="Run a turn on its last allowed delivery alone in its runner process, so a "

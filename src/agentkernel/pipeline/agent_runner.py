@@ -25,12 +25,14 @@ Outcomes of a turn:
 
 from __future__ import annotations
 
+import asyncio
 import copy
 import functools
 import json
 import logging
 import time
 from collections import OrderedDict
+from collections.abc import Coroutine
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
@@ -147,6 +149,7 @@ class AgentRunner(QueueConsumer):
             max_in_flight=self.runner.max_in_flight,
             lease_extension=self.runner.lease_extension,
             isolate_last_attempt=self.runner.isolate_last_attempt,
+            stall_warning=self.runner.stall_warning,
             queue=QueueName.INPUT,
             exit_on_shutdown=exit_on_shutdown,
         )
@@ -209,8 +212,21 @@ class AgentRunner(QueueConsumer):
         """Run the agent; returns the reply's status and body, and the state to commit."""
         started = time.perf_counter()
         METRICS.inc("agentkernel_turns_in_flight", 1)
+        timeout = agent.timeout or self.runner.turn_timeout
         try:
-            result = await (agent.run(turn) if stream is None else stream.run(agent))
+            work = agent.run(turn) if stream is None else stream.run(agent)
+            result = await _bounded(work, timeout)
+        except _Deadline:
+            logger.error(
+                "turn %s of session %s ran past its %ss deadline in agent %s; cancelled",
+                turn.request_id,
+                turn.session_id,
+                timeout,
+                turn.agent,
+            )
+            self._finished(turn.agent, "timeout", started)
+            message = f"agent '{turn.agent}' did not finish within {timeout} seconds"
+            return 504, error_doc("TURN_TIMEOUT", message, turn.session_id, turn.request_id), None
         except RetryableError:
             self._finished(turn.agent, "retry", started)
             raise
@@ -406,6 +422,23 @@ class AgentRunner(QueueConsumer):
             dedup_id=f"{request_id}:reply",
         )
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
+
+
+class _Deadline(Exception):
+    """A turn ran past its deadline (distinct from a TimeoutError the agent itself raised)."""
+
+
+async def _bounded(work: Coroutine[Any, Any, str], timeout: float | None) -> str:
+    """Await ``work``, cancelling it after ``timeout`` seconds (``None``: no limit)."""
+    if timeout is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task})  # let it unwind (a sync agent's thread runs on regardless)
+        raise _Deadline
+    return task.result()
 
 
 class _Streamer:

@@ -173,6 +173,8 @@ class ConsumerLoop:
             permanent-failure hook of one past it) alone in this process (async ``process``
             only), so a message that crashes the process (a poison turn) cannot use up the
             deliveries of messages in flight beside it.
+        stall_warning: warn when the event loop of an async ``process`` is blocked longer than
+            this many seconds (``None``: off).
         exit_on_shutdown: passed to :meth:`ThreadRunner.run` by :meth:`run`.
         stop_on_shutdown: stop when :attr:`ThreadRunner.shutdown_event` is set; ``False`` leaves
             stopping to :meth:`stop` (a loop that must drain after another one).
@@ -192,6 +194,7 @@ class ConsumerLoop:
         lease_extension: bool = True,
         queue: QueueName | str = "queue",
         isolate_last_attempt: bool = False,
+        stall_warning: float | None = None,
         exit_on_shutdown: bool = True,
         stop_on_shutdown: bool = True,
     ) -> None:
@@ -212,7 +215,9 @@ class ConsumerLoop:
         self._slots = _Slots(max_in_flight if self._async else num_consumers * batch_size)
         self._stop = threading.Event()
         self._leases = LeaseKeeper(f"{self._queue}-leases") if lease_extension else None
-        self._loop = LoopThread(f"{self._queue}-turns") if self._async else None
+        self._loop = (
+            LoopThread(f"{self._queue}-turns", stall_warning=stall_warning) if self._async else None
+        )
         self._running = 0
         self._running_lock = threading.Lock()
         self._tails: dict[str, Future[None]] = {}  # last message handed out per group

@@ -3,12 +3,17 @@
 from __future__ import annotations
 
 import asyncio
+import logging
+import sys
 import threading
+import time
 from collections.abc import Coroutine
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, TypeVar
 
 T = TypeVar("T")
+
+logger = logging.getLogger(__name__)
 
 
 class LoopThread:
@@ -20,9 +25,12 @@ class LoopThread:
             where blocking calls such as a broker ack run without stalling the loop.
     """
 
-    def __init__(self, name: str, max_workers: int = 32) -> None:
+    def __init__(
+        self, name: str, max_workers: int = 32, stall_warning: float | None = None
+    ) -> None:
         self._name = name
         self._max_workers = max_workers
+        self._stall_warning = stall_warning
         self._loop: asyncio.AbstractEventLoop | None = None
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
@@ -52,6 +60,8 @@ class LoopThread:
         self._thread.start()
         ready.wait(5)
         self._loop = loop
+        if self._stall_warning is not None:
+            StallWatchdog(loop, self._thread, self._stall_warning).start()
 
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; returns a thread-safe future."""
@@ -74,6 +84,71 @@ class LoopThread:
         if loop is None or thread is None:
             return
         loop.call_soon_threadsafe(loop.stop)
-        thread.join(timeout)
+        thread.join(timeout)  # the watchdog notices the loop stopped and ends by itself
         if not thread.is_alive():
             loop.close()
+
+
+class StallWatchdog:
+    """Warns when the loop does not run a callback for ``threshold`` seconds.
+
+    Something running on the loop is blocking it (a ``time.sleep``, a blocking HTTP call in an
+    ``async def`` agent), which stalls every other turn of the process. The warning names the
+    agent and request found on the loop thread's stack, and is given once per stall.
+    """
+
+    PROBE_INTERVAL = 0.25
+
+    def __init__(
+        self, loop: asyncio.AbstractEventLoop, thread: threading.Thread, threshold: float
+    ) -> None:
+        self._loop, self._loop_thread, self._threshold = loop, thread, threshold
+
+    def start(self) -> None:
+        threading.Thread(
+            target=self._run, name=f"{self._loop_thread.name}-watchdog", daemon=True
+        ).start()
+
+    def _run(self) -> None:
+        while self._loop_thread.is_alive() and not self._loop.is_closed():
+            answered = threading.Event()
+            started = time.monotonic()
+            try:
+                self._loop.call_soon_threadsafe(answered.set)
+            except RuntimeError:  # the loop was closed meanwhile
+                return
+            if not answered.wait(self._threshold):
+                self._warn(self._culprit())
+                answered.wait()
+                logger.warning(
+                    "event loop %s was blocked for %.3fs",
+                    self._loop_thread.name,
+                    time.monotonic() - started,
+                )
+            time.sleep(self.PROBE_INTERVAL)
+
+    def _culprit(self) -> tuple[str, str, str]:
+        """(agent, request id, code location) of what is running on the loop thread."""
+        frame = sys._current_frames().get(self._loop_thread.ident or -1)
+        where, agent, request = "unknown", "unknown", "unknown"
+        while frame is not None:
+            if where == "unknown" and "asyncio" not in frame.f_code.co_filename:
+                where = f"{frame.f_code.co_filename}:{frame.f_lineno} in {frame.f_code.co_name}"
+            turn: Any = frame.f_locals.get("turn")
+            if turn is not None and hasattr(turn, "request_id") and hasattr(turn, "agent"):
+                agent, request = str(turn.agent), str(turn.request_id)
+                break
+            frame = frame.f_back
+        return agent, request, where
+
+    def _warn(self, culprit: tuple[str, str, str]) -> None:
+        agent, request, where = culprit
+        logger.warning(
+            "event loop %s blocked for over %ss by agent %s (request %s) at %s; "
+            "async agents must not block: use 'def' agents or asyncio.to_thread for blocking work",
+            self._loop_thread.name,
+            self._threshold,
+            agent,
+            request,
+            where,
+        )

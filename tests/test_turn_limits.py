@@ -1,0 +1,128 @@
+"""Per-turn deadlines, JSON replies, and the warning for agents that block the event loop."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import threading
+import time
+from typing import Any
+
+import pytest
+
+from agentkernel import Agent, AgentRegistry
+from agentkernel.core.config import QueuesConfig, RunnerConfig
+from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.event_loop import LoopThread
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.session.in_memory import InMemorySessionStore
+
+
+async def sleepy(turn):  # type: ignore[no-untyped-def]
+    await asyncio.sleep(float(turn.extra.get("seconds", 5)))
+    turn.state["slept"] = True
+    return "woke"
+
+
+async def structured(turn):  # type: ignore[no-untyped-def]
+    return {"answer": 42, "items": ["a", "ü"]}
+
+
+async def own_timeout(turn):  # type: ignore[no-untyped-def]
+    raise TimeoutError("the model timed out")
+
+
+def make_runner(turn_timeout: float | None = None) -> tuple[AgentRunner, InMemoryTransport]:
+    transport = InMemoryTransport()
+    registry = AgentRegistry()
+    registry.register(Agent("sleepy", sleepy))
+    registry.register(Agent("quick", sleepy, timeout=0.2))
+    registry.register(Agent("structured", structured))
+    registry.register(Agent("own", own_timeout))
+    runner = AgentRunner(
+        transport,
+        registry=registry,
+        sessions=InMemorySessionStore(),
+        queues=QueuesConfig(),
+        runner=RunnerConfig(turn_timeout=turn_timeout),
+    )
+    return runner, transport
+
+
+def turn(agent: str, session: str = "s", **extra: Any) -> QueueMessage:
+    body = {"session_id": session, "prompt": "p", "agent": agent, **extra}
+    return QueueMessage(body=json.dumps(body), attributes={ATTR_REQUEST_ID: f"r-{agent}"})
+
+
+def reply(transport: InMemoryTransport) -> tuple[str, dict[str, Any]]:
+    [message] = transport.create_consumer(QueueName.OUTPUT).fetch(1, 1)
+    return message.attributes["status_code"], json.loads(message.body)
+
+
+def test_a_turn_past_the_configured_deadline_is_cancelled_and_answered_504() -> None:
+    runner, transport = make_runner(turn_timeout=0.3)
+    started = time.monotonic()
+    asyncio.run(runner.process_message(turn("sleepy")))
+    assert time.monotonic() - started < 2
+    status, doc = reply(transport)
+    assert (status, doc["error"]) == ("504", "TURN_TIMEOUT")
+    assert runner.sessions.load("s") == {}  # the cancelled turn left no state
+    asyncio.run(runner.process_message(turn("sleepy", seconds=0.01)))  # committed: not rerun
+    assert runner.sessions.load("s") == {}
+
+
+def test_an_agent_timeout_overrides_the_default() -> None:
+    runner, transport = make_runner(turn_timeout=None)
+    asyncio.run(runner.process_message(turn("quick")))
+    assert reply(transport)[1]["error"] == "TURN_TIMEOUT"
+    with pytest.raises(ValueError, match="positive"):
+        Agent("bad", sleepy, timeout=0)
+
+
+def test_a_timeout_error_raised_by_the_agent_is_an_agent_error() -> None:
+    runner, transport = make_runner(turn_timeout=10)
+    asyncio.run(runner.process_message(turn("own")))
+    assert reply(transport)[1]["error"] == "AGENT_ERROR"
+
+
+def test_dicts_and_lists_are_answered_as_json() -> None:
+    runner, transport = make_runner()
+    asyncio.run(runner.process_message(turn("structured")))
+    assert json.loads(reply(transport)[1]["result"]) == {"answer": 42, "items": ["a", "ü"]}
+
+
+def test_a_blocked_event_loop_is_reported_with_the_agent_and_request(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    from agentkernel import Turn
+
+    loop = LoopThread("stall-test", stall_warning=0.1)
+
+    async def blocking_agent(turn: Turn) -> None:
+        time.sleep(0.5)  # the mistake the watchdog is there to catch
+
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.event_loop"):
+        loop.run(blocking_agent(Turn("p", "s", "req-blocking", "blocker")), timeout=5)
+        deadline = time.monotonic() + 3
+        while len(caplog.records) < 2 and time.monotonic() < deadline:
+            time.sleep(0.05)
+    loop.stop()
+    first = caplog.records[0].getMessage()
+    assert "agent blocker" in first and "req-blocking" in first and "test_turn_limits.py" in first
+    assert "blocked for 0." in caplog.records[1].getMessage()
+
+
+def test_a_busy_but_yielding_loop_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
+    loop = LoopThread("calm-test", stall_warning=0.1)
+
+    async def polite() -> None:
+        for _ in range(20):
+            await asyncio.sleep(0.02)
+
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.event_loop"):
+        loop.run(polite(), timeout=5)
+    loop.stop()
+    assert caplog.records == []
+    assert threading.active_count() < 100
