@@ -57,6 +57,7 @@ def _configure(args: argparse.Namespace) -> None:
         update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
     )
     AKConfig.set(config.model_copy(update={"api": api}))
+    logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
 
 
 def _serve(args: argparse.Namespace, with_runner: bool) -> None:
@@ -71,7 +72,9 @@ def _serve(args: argparse.Namespace, with_runner: bool) -> None:
 def _runner(args: argparse.Namespace) -> None:
     from agentkernel.pipeline.agent_runner import AgentRunner
 
-    AKConfig.set(AKConfig.load(args.config))
+    config = AKConfig.load(args.config)
+    AKConfig.set(config)
+    logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
     load_agents(args.agents)
     AgentRunner.run()
 

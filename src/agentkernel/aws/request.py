@@ -152,7 +152,8 @@ class Lambda:
             return http_response(
                 202, _accepted(chat.session_id, request_id), _location(chat.session_id, request_id)
             )
-        record = _wait(store, request_id, _budget(config.api.sync_timeout, context))
+        wait = config.execution.response_store.sync_wait(config.api.sync_timeout, store.pushes)
+        record = _wait(store, request_id, _budget(wait, context))
         if record is None:
             doc = {
                 "error": "TIMEOUT",

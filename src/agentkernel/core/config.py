@@ -8,13 +8,14 @@ All durations are float seconds. An invalid value raises :class:`AKConfigError` 
 
 from __future__ import annotations
 
+import logging
 import os
 import threading
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -24,8 +25,11 @@ from pydantic_settings import (
 
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
+from agentkernel.core.upstream import closest_key, drop_upstream_keys
 
 __all__ = ["AKConfig", "AKConfigError", "require_extra"]
+
+logger = logging.getLogger(__name__)
 
 CONFIG_PATH_ENV = "AK_CONFIG_PATH_OVERRIDE"
 DEFAULT_CONFIG_PATH = "config.yaml"
@@ -226,6 +230,22 @@ class ResponseStoreConfig(_Block):
     ttl: float = Field(3600.0, gt=0, description="Seconds a reply stays readable.")
     redis: RedisStoreConfig | None = Field(None, description="Redis response store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
+    retry_count: int | None = Field(
+        None,
+        ge=1,
+        description="Upstream compatibility: with delay, bounds a sync request's wait to "
+        "retry_count x delay seconds where the store has no push (DynamoDB). Prefer "
+        "api.sync_timeout.",
+    )
+    delay: float | None = Field(
+        None, gt=0, description="Upstream compatibility: seconds per retry_count step."
+    )
+
+    def sync_wait(self, sync_timeout: float, pushes: bool) -> float:
+        """Seconds a sync request waits: ``retry_count x delay`` bounds stores without push."""
+        if pushes or self.retry_count is None or self.delay is None:
+            return sync_timeout
+        return min(sync_timeout, self.retry_count * self.delay)
 
 
 class RunnerConfig(_Block):
@@ -334,6 +354,22 @@ class ApiConfig(_Block):
     )
 
 
+class LoggerConfig(_Block):
+    """A logger's settings."""
+
+    level: Literal["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"] = Field(
+        "INFO", description="Lowest level logged."
+    )
+
+
+class LoggingConfig(_Block):
+    """``logging``: log levels, applied by the ``agentkernel`` command."""
+
+    ak: LoggerConfig = Field(
+        default_factory=LoggerConfig, description="The agentkernel loggers (``agentkernel.*``)."
+    )
+
+
 class AKConfig(BaseSettings):
     """The whole configuration; obtain the process-wide instance with :meth:`get`."""
 
@@ -344,10 +380,35 @@ class AKConfig(BaseSettings):
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig, description="Pipeline.")
     session: SessionConfig = Field(default_factory=SessionConfig, description="Session state.")
     api: ApiConfig = Field(default_factory=ApiConfig, description="HTTP server.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Log levels.")
 
     _instance: ClassVar[AKConfig | None] = None
     _lock: ClassVar[threading.Lock] = threading.Lock()
     _yaml_path: ClassVar[Path | None] = None
+
+    @model_validator(mode="before")
+    @classmethod
+    def _read_upstream_files(cls, data: Any) -> Any:
+        if not isinstance(data, dict):
+            return data
+        data = drop_upstream_keys(data)
+        for key in data:
+            if key not in cls.model_fields:
+                near = closest_key(cls, (key,))
+                hint = f"; did you mean {near}?" if near else ""
+                raise AKConfigError(f"invalid configuration: {key}: unknown key{hint}")
+        return data
+
+    @model_validator(mode="after")
+    def _warn_about_ignored_bounds(self) -> AKConfig:
+        store = self.execution.response_store
+        if (store.retry_count or store.delay) and store.type in ("in_memory", "redis"):
+            logger.warning(
+                "execution.response_store.retry_count/delay are deprecated and have no effect "
+                "with the %s store, which pushes replies; api.sync_timeout bounds the wait",
+                store.type,
+            )
+        return self
 
     @classmethod
     def settings_customise_sources(
@@ -414,5 +475,10 @@ def _describe(exc: ValidationError) -> str:
     lines = []
     for err in exc.errors():
         key = ".".join(str(part) for part in err["loc"]) or "<root>"
-        lines.append(f"{key}: {err['msg']}")
+        reason = err["msg"]
+        if err["type"] == "extra_forbidden" and (near := closest_key(AKConfig, err["loc"])):
+            reason = f"unknown key; did you mean {near}?"
+        elif err["type"] == "extra_forbidden":
+            reason = "unknown key"
+        lines.append(f"{key}: {reason}")
     return "invalid configuration: " + "; ".join(lines)

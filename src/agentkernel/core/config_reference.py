@@ -7,13 +7,13 @@ field; a test fails when the committed page is out of date.
 from __future__ import annotations
 
 import json
-import types
-from typing import Any, Union, get_args, get_origin
+from typing import Any
 
 from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from agentkernel.core.config import AKConfig
+from agentkernel.core.upstream import model_of as _model_of
 
 HEADER = """# Configuration reference
 
@@ -22,21 +22,17 @@ Settings come from an optional `config.yaml` (in the working directory, or the f
 variable `AK_A__B__C` (upper case, `__` between levels), e.g.
 `execution.queues.input.no_of_consumers` is `AK_EXECUTION__QUEUES__INPUT__NO_OF_CONSUMERS`.
 Durations are seconds (floats). An invalid value stops start-up with an `AKConfigError` that names
-the key. Blocks marked *optional block* are absent until a key inside them is set.
+the key; an unknown key is an error that names the closest valid one. Blocks marked *optional
+block* are absent until a key inside them is set.
+
+`config.yaml` files written for the upstream agentkernel queue mode load as they are: keys of
+upstream features this package does not have (`websocket_api`, `sandbox`, `thread`, `schedule`,
+`execution.realtime`, `session.cache`, `session.connection_store`, `api.custom_router_prefix`,
+`api.max_file_size`) are ignored with one warning each.
 
 | Key | Type | Default | Description |
 |---|---|---|---|
 """
-
-
-def _model_of(annotation: Any) -> type[BaseModel] | None:
-    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
-        return annotation
-    if get_origin(annotation) in (Union, types.UnionType):
-        for arg in get_args(annotation):
-            if isinstance(arg, type) and issubclass(arg, BaseModel):
-                return arg
-    return None
 
 
 def _type_name(annotation: Any) -> str:

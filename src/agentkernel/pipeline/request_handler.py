@@ -112,7 +112,10 @@ class RequestHandler:
         await self._enqueue(chat, request_id, _traceparent(request))
         if _wants_async(request, self.config.execution.mode):
             return _accepted(chat.session_id, request_id)
-        record = await self.store.wait(request_id, self.config.api.sync_timeout)
+        budget = self.config.execution.response_store.sync_wait(
+            self.config.api.sync_timeout, self.store.pushes
+        )
+        record = await self.store.wait(request_id, budget)
         if record is None:
             raise HTTPError(
                 504,

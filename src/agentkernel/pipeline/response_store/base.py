@@ -54,6 +54,8 @@ class ResponseStore(ABC):
     shared: ClassVar[bool] = False
     #: ``put``/``get`` never wait on I/O, so event-loop code may call them inline.
     nonblocking: ClassVar[bool] = False
+    #: Whether :meth:`wait` is woken by the write itself (no polling).
+    pushes: ClassVar[bool] = False
     #: Longest sleep between two reads of :meth:`wait`'s polling fallback, in seconds.
     max_poll_interval: ClassVar[float] = 0.5
 

@@ -21,6 +21,7 @@ class InMemoryResponseStore(ResponseStore):
     """
 
     nonblocking = True
+    pushes = True
 
     def __init__(self, ttl: float = 3600.0) -> None:
         super().__init__(ttl)

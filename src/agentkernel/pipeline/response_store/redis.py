@@ -47,6 +47,7 @@ class RedisResponseStore(ResponseStore):
     """
 
     shared = True
+    pushes = True
 
     def __init__(self, url: str, prefix: str = "ak:", ttl: float = 3600.0) -> None:
         super().__init__(ttl)
