@@ -15,7 +15,14 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 import yaml
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    SecretStr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -326,6 +333,57 @@ class WebSocketConfig(_Block):
     )
 
 
+class ApiKeyConfig(_Block):
+    """One API key and the identity it stands for."""
+
+    user: str = Field(min_length=1, description="User id the key authenticates as.")
+    key: SecretStr = Field(description="The key clients send (keep it out of committed files).")
+
+
+JwtAlgorithm = Literal["HS256", "RS256", "ES256"]
+
+
+def _hs256() -> list[JwtAlgorithm]:
+    return ["HS256"]
+
+
+class JwtConfig(_Block):
+    """``api.auth.jwt``: bearer tokens signed with a shared secret or a key pair."""
+
+    algorithms: list[JwtAlgorithm] = Field(
+        default_factory=_hs256, description="Accepted signature algorithms."
+    )
+    secret: SecretStr | None = Field(None, description="HS256 shared secret.")
+    public_key_file: str | None = Field(None, description="PEM public key file (RS256/ES256).")
+    jwks_file: str | None = Field(
+        None, description="JWKS file with the public keys (RS256/ES256), chosen by the 'kid'."
+    )
+    audience: str | None = Field(None, description="Required 'aud' claim.")
+    issuer: str | None = Field(None, description="Required 'iss' claim.")
+    user_claim: str = Field("sub", description="Claim holding the user id.")
+    leeway: float = Field(0.0, ge=0, description="Seconds of clock skew allowed for 'exp'.")
+
+
+class AuthConfig(_Block):
+    """``api.auth``: who may call the API (off by default)."""
+
+    enabled: bool = Field(
+        False,
+        description="Require a valid API key or bearer token on every route except /health and "
+        "/ready, and on the /ws handshake; a session then belongs to the identity that "
+        "created it.",
+    )
+    api_keys: list[ApiKeyConfig] = Field(
+        default_factory=list, description="Accepted API keys (header X-API-Key)."
+    )
+    jwt: JwtConfig | None = Field(None, description="Bearer JWT validation.")
+    validator: str | None = Field(
+        None,
+        description="Dotted path to an agentkernel.auth.AuthValidator subclass (built without "
+        "arguments) that checks bearer tokens instead of the JWT settings.",
+    )
+
+
 class ApiConfig(_Block):
     """``api``: the HTTP server of the IO process."""
 
@@ -351,6 +409,12 @@ class ApiConfig(_Block):
     )
     websocket: WebSocketConfig = Field(
         default_factory=WebSocketConfig, description="Serverless WebSocket connections."
+    )
+    auth: AuthConfig = Field(default_factory=AuthConfig, description="Authentication.")
+    idempotency_secret: SecretStr | None = Field(
+        None,
+        description="Secret mixed into request ids derived from an Idempotency-Key, so nobody "
+        "can compute another client's request id; give every IO process the same one.",
     )
 
 

@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import dataclasses
 import functools
 import json
 import logging
@@ -185,9 +186,17 @@ class AgentRunner(QueueConsumer):
             )
             return
         record = await self._read(session_id)
+        user = message.attributes.get(ATTR_USER_ID)
+        if record.owner is not None and user != record.owner:
+            # Another identity's session: answered as if it did not exist (no existence leak).
+            doc = error_doc("NOT_FOUND", "no such session", session_id, request_id)
+            await self._reply(message, 404, doc)
+            return
         if record.is_committed(request_id):
             await self._replay(message, session_id, record, request_id)
             return
+        if record.owner is None and user is not None:
+            record = dataclasses.replace(record, owner=user)  # the first turn claims the session
         if self._runs_alone(message):
             record = await self._start_trial(session_id, record, request_id)
         turn = Turn(

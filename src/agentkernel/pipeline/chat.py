@@ -6,6 +6,8 @@ FastAPI on a cold start.
 
 from __future__ import annotations
 
+import hashlib
+import hmac
 import json
 import re
 import uuid
@@ -72,8 +74,16 @@ def parse_chat(raw: bytes) -> ChatRequest:
         ) from exc
 
 
-def request_id_for(session_id: str, idempotency_key: str | None) -> tuple[str, bool]:
+def request_id_for(
+    session_id: str,
+    idempotency_key: str | None,
+    user: str | None = None,
+    secret: str | None = None,
+) -> tuple[str, bool]:
     """The turn's request id: a fresh one (``True``), or one derived from an idempotency key.
+
+    A derived id is an HMAC of the user, session and key under ``secret`` when one is configured
+    (``api.idempotency_secret``), so nobody without the secret can compute it.
 
     Raises:
         HTTPError: 400 for a key that is empty or longer than 255 characters.
@@ -82,7 +92,14 @@ def request_id_for(session_id: str, idempotency_key: str | None) -> tuple[str, b
         return uuid.uuid4().hex, True
     if not 1 <= len(idempotency_key) <= 255:
         raise HTTPError(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be 1-255 chars")
-    return uuid.uuid5(_IDEMPOTENCY_NS, f"{session_id}\n{idempotency_key}").hex, False
+    text = (
+        f"{session_id}\n{idempotency_key}"
+        if user is None
+        else f"{user}\n{session_id}\n{idempotency_key}"
+    )
+    if secret is not None:
+        return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()[:32], False
+    return uuid.uuid5(_IDEMPOTENCY_NS, text).hex, False
 
 
 # -- WebSocket chat frames ---------------------------------------------------------------------

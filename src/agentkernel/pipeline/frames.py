@@ -67,12 +67,14 @@ async def read_frames(
     after: int = -1,
     heartbeat: float = 15.0,
     idle_timeout: float = 60.0,
+    owner: str | None = None,
 ) -> AsyncIterator[dict[str, Any] | None]:
     """The frames of a streamed turn from the store: chunks above ``after``, then ``done``.
 
     Yields ``None`` when ``heartbeat`` seconds pass without news (time for a keep-alive), and
     ends with an error frame after ``idle_timeout`` seconds without any. A frame of another
-    session ends the stream as not found: a reply is never readable under another session.
+    session (or, with authentication, of another identity than ``owner``) ends the stream as
+    not found: a reply is never readable under another session.
     """
     seen, quiet_since = after, time.monotonic()
     while True:
@@ -84,7 +86,7 @@ async def read_frames(
             seen, quiet_since = int(frame["index"]), time.monotonic()
             yield frame
         if record is not None:
-            same = record.session_id == session_id
+            same = record.session_id == session_id and record.owner in (None, owner)
             yield done_frame(record) if same else _not_found(request_id, session_id)
             return
         if time.monotonic() - quiet_since >= idle_timeout:

@@ -31,10 +31,12 @@ from agentkernel.pipeline.chat import (
 from agentkernel.pipeline.envelope import (
     ATTR_REQUEST_ID,
     ATTR_TRACEPARENT,
+    ATTR_USER_ID,
     QueueMessage,
     QueueName,
 )
 from agentkernel.pipeline.http import sse
+from agentkernel.pipeline.http.auth import IDENTITY, Authenticator, AuthMiddleware
 from agentkernel.pipeline.http.websocket import ChatSocket
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
@@ -76,6 +78,8 @@ class RequestHandler:
         """The application with every route of the HTTP API."""
         app = FastAPI(title="agentkernel", version="1", docs_url="/docs", redoc_url=None)
         app.add_exception_handler(HTTPError, _http_error)  # type: ignore[arg-type]
+        if self.config.api.auth.enabled:
+            app.add_middleware(AuthMiddleware, authenticator=Authenticator(self.config.api.auth))
         app.post(CHAT_PATH, status_code=200, responses=_POST_RESPONSES, openapi_extra=_POST_BODY)(
             self.post_chat
         )
@@ -157,6 +161,7 @@ class RequestHandler:
             after=after,
             heartbeat=api.stream_heartbeat,
             idle_timeout=api.sync_timeout,
+            owner=IDENTITY.get(),
         )
 
     async def _read_body(self, request: Request) -> bytes:
@@ -172,15 +177,21 @@ class RequestHandler:
             chunks.append(chunk)
         return b"".join(chunks)
 
-    @staticmethod
-    def _request_id(request: Request, session_id: str) -> tuple[str, bool]:
+    def _request_id(self, request: Request, session_id: str) -> tuple[str, bool]:
         """A fresh id, or one derived from ``Idempotency-Key`` (same key, same turn)."""
-        return request_id_for(session_id, request.headers.get("idempotency-key"))
+        secret = self.config.api.idempotency_secret
+        return request_id_for(
+            session_id,
+            request.headers.get("idempotency-key"),
+            IDENTITY.get(),
+            None if secret is None else secret.get_secret_value(),
+        )
 
     async def _enqueue(self, chat: ChatRequest, request_id: str, traceparent: str) -> None:
         message = QueueMessage(
             body=chat.model_dump_json(exclude_none=True),
-            attributes={ATTR_REQUEST_ID: request_id, ATTR_TRACEPARENT: traceparent},
+            attributes={ATTR_REQUEST_ID: request_id, ATTR_TRACEPARENT: traceparent}
+            | ({ATTR_USER_ID: user} if (user := IDENTITY.get()) is not None else {}),
             group_id=chat.session_id,
             dedup_id=request_id,
         )
@@ -254,8 +265,10 @@ class RequestHandler:
 def _record_response(
     record: ResponseRecord | None, session_id: str, request_id: str | None = None
 ) -> JSONResponse:
-    if record is None or not secrets.compare_digest(
-        record.session_id.encode(), session_id.encode()
+    if (
+        record is None
+        or not secrets.compare_digest(record.session_id.encode(), session_id.encode())
+        or (record.owner is not None and record.owner != IDENTITY.get())
     ):
         raise HTTPError(
             404,

@@ -17,6 +17,7 @@ from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,
     ATTR_STATUS_CODE,
+    ATTR_USER_ID,
     QueueMessage,
     QueueName,
 )
@@ -43,7 +44,9 @@ def record_of(message: QueueMessage) -> ResponseRecord:
     except ValueError:
         status = 200
     session_id = str(body.get("session_id") or message.group_id or "")
-    return ResponseRecord(request_id, session_id, status, body)
+    return ResponseRecord(
+        request_id, session_id, status, body, message.attributes.get(ATTR_USER_ID)
+    )
 
 
 class ResponseHandler(QueueConsumer):

@@ -49,6 +49,7 @@ class SessionRecord:
         last: the reply of the latest committed turn.
         trial: request id of a turn whose last allowed delivery has started (it runs alone
             in its process, so a crash then is its own doing).
+        owner: the user id that created the session, when authentication is on.
     """
 
     state: dict[str, Any] = field(default_factory=dict)
@@ -56,6 +57,7 @@ class SessionRecord:
     committed: tuple[str, ...] = ()
     last: TurnOutcome | None = None
     trial: str | None = None
+    owner: str | None = None
 
     def is_committed(self, request_id: str) -> bool:
         """Whether a turn with this request id has already been committed."""
@@ -75,6 +77,7 @@ class SessionRecord:
             version=self.version + 1,
             committed=tuple(ids[-REMEMBERED_TURNS:]),
             last=outcome,
+            owner=self.owner,
         )
 
     def on_trial(self, request_id: str) -> SessionRecord:
@@ -89,7 +92,8 @@ class SessionRecord:
         """
         last = None if self.last is None else asdict(self.last)
         doc = {"state": self.state, "turns": list(self.committed), "last": last}
-        return json.dumps(doc | ({"trial": self.trial} if self.trial else {}))
+        optional = {"trial": self.trial, "owner": self.owner}
+        return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
 
     @classmethod
     def decode(cls, text: str | bytes, version: int) -> SessionRecord:
@@ -102,6 +106,7 @@ class SessionRecord:
             committed=tuple(doc.get("turns") or ()),
             last=None if last is None else TurnOutcome(**last),
             trial=doc.get("trial"),
+            owner=doc.get("owner"),
         )
 
 

@@ -60,10 +60,17 @@ def stream_response(
     after: int = -1,
     heartbeat: float,
     idle_timeout: float,
+    owner: str | None = None,
 ) -> StreamingResponse:
     """The ``200 text/event-stream`` answer streaming ``request_id`` from the store."""
     frames = read_frames(
-        store, request_id, session_id, after=after, heartbeat=heartbeat, idle_timeout=idle_timeout
+        store,
+        request_id,
+        session_id,
+        after=after,
+        heartbeat=heartbeat,
+        idle_timeout=idle_timeout,
+        owner=owner,
     )
     return StreamingResponse(
         events(frames, after),

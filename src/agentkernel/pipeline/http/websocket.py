@@ -25,6 +25,7 @@ from agentkernel.pipeline.chat import (
     system_response,
 )
 from agentkernel.pipeline.frames import read_frames
+from agentkernel.pipeline.http.auth import IDENTITY
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.request_handler import RequestHandler
@@ -108,6 +109,7 @@ class ChatSocket:
             chat.session_id,
             heartbeat=self.api.stream_heartbeat,
             idle_timeout=self.api.sync_timeout,
+            owner=IDENTITY.get(),
         )
         async for frame in frames:
             if frame is not None:
@@ -119,7 +121,7 @@ class ChatSocket:
             message = "no reply within the wait budget; poll for it with the request_id"
             await self.send(system_response("TIMEOUT", message, request_id))
             return
-        if record.session_id != chat.session_id:  # a request id taken by another session
+        if record.session_id != chat.session_id or record.owner not in (None, IDENTITY.get()):
             await self.send(
                 system_response("NOT_FOUND", "no such turn in this session", request_id)
             )

@@ -1,0 +1,124 @@
+"""Authentication of the HTTP API and the ``/ws`` handshake (``api.auth``).
+
+An ASGI middleware checks every request except ``/health`` and ``/ready``: an ``X-API-Key``
+header against ``api.auth.api_keys``, or an ``Authorization: Bearer`` token (the WebSocket
+handshake may pass it as ``?token=``) against the JWT settings or a custom validator. A missing
+or refused credential answers 401 with ``WWW-Authenticate`` (a WebSocket handshake is closed
+with code 1008 before it is accepted). The caller's user id is then available to the routes as
+:data:`IDENTITY`. Tokens and keys are never logged.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+from collections.abc import Awaitable, Callable, MutableMapping
+from contextvars import ContextVar
+from typing import Any
+from urllib.parse import parse_qs
+
+from agentkernel.auth import ApiKeyValidator, AuthValidator, JwtValidator
+from agentkernel.core.config import AuthConfig
+from agentkernel.core.errors import AKConfigError
+from agentkernel.core.extras import resolve_dotted
+
+logger = logging.getLogger(__name__)
+
+#: The authenticated user id of the request being served (``None`` when auth is off).
+IDENTITY: ContextVar[str | None] = ContextVar("agentkernel_identity", default=None)
+OPEN_PATHS = frozenset({"/health", "/ready"})
+
+Scope = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
+Send = Callable[[MutableMapping[str, Any]], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class Unauthorized(Exception):
+    """No credential, or one that was refused; the message is safe to show the client."""
+
+
+class Authenticator:
+    """Turns a request's credentials into a user id.
+
+    Raises:
+        AKConfigError: auth is enabled without any way to check a credential.
+    """
+
+    def __init__(self, config: AuthConfig) -> None:
+        keys = {k.user: k.key.get_secret_value() for k in config.api_keys}
+        self._api_keys = ApiKeyValidator(keys) if keys else None
+        self._bearer: AuthValidator | None = self._api_keys
+        if config.validator:
+            self._bearer = resolve_dotted(config.validator, AuthValidator, "api.auth.validator")()
+        elif config.jwt is not None:
+            self._bearer = JwtValidator(config.jwt)
+        if self._bearer is None:
+            raise AKConfigError("api.auth: enabled, but no api_keys, jwt or validator is set")
+
+    def authenticate(self, headers: dict[str, str], query: dict[str, str]) -> str:
+        """The user id of a valid credential.
+
+        Raises:
+            Unauthorized: none was given, or it was refused.
+        """
+        if (key := headers.get("x-api-key")) is not None and self._api_keys is not None:
+            return self._check(self._api_keys, key)
+        scheme, _, token = headers.get("authorization", "").partition(" ")
+        token = token.strip() if scheme.lower() == "bearer" else query.get("token", "")
+        if not token:
+            raise Unauthorized("a bearer token or an API key is required")
+        return self._check(self._bearer, token)  # type: ignore[arg-type]
+
+    @staticmethod
+    def _check(validator: AuthValidator, token: str) -> str:
+        result = validator.validate(token)
+        if not result.is_valid or result.user_id is None:
+            raise Unauthorized(result.error_msg or "invalid credentials")
+        return result.user_id
+
+
+class AuthMiddleware:
+    """ASGI middleware enforcing :class:`Authenticator` on every route but the open ones."""
+
+    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
+        self.app, self.authenticator = app, authenticator
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
+            await self.app(scope, receive, send)
+            return
+        headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
+        query = {k: v[0] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        try:
+            user = self.authenticator.authenticate(headers, query)
+        except Unauthorized as exc:
+            logger.info("refused %s %s: %s", scope["type"], scope["path"], exc)
+            await _refuse(scope, receive, send, str(exc))
+            return
+        token = IDENTITY.set(user)
+        try:
+            await self.app(scope, receive, send)
+        finally:
+            IDENTITY.reset(token)
+
+
+async def _refuse(scope: Scope, receive: Receive, send: Send, reason: str) -> None:
+    if scope["type"] == "websocket":
+        await receive()  # websocket.connect
+        await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
+        return
+    body = json.dumps({"error": "UNAUTHORIZED", "message": reason}).encode()
+    challenge = 'Bearer realm="agentkernel", error="invalid_token"'
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 401,
+            "headers": [
+                (b"content-type", b"application/json"),
+                (b"content-length", str(len(body)).encode()),
+                (b"www-authenticate", challenge.encode()),
+            ],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

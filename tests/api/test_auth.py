@@ -1,0 +1,224 @@
+"""Authentication and session ownership against a real uvicorn server (api.auth)."""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import httpx
+import jwt
+import pytest
+import websockets.sync.client as ws_client
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric import ec, rsa
+from pydantic import SecretStr
+from websockets.exceptions import InvalidStatus
+
+from agentkernel import Agent, AgentRegistry
+from agentkernel.core.config import AuthConfig
+from agentkernel.pipeline.io_handler import IOHandler
+
+from .conftest import Server, make_config, poll
+
+SECRET = "hs256-test-secret-of-enough-length-0123456789"
+KEYS = {"alice": "alice-key-7f3a", "bob": "bob-key-91c2"}
+
+
+def echo(turn):  # type: ignore[no-untyped-def]
+    turn.state.setdefault("seen", []).append(turn.prompt)
+    return json.dumps(turn.state["seen"])
+
+
+def start(auth: dict[str, Any], **api: Any) -> Server:
+    registry = AgentRegistry()
+    registry.register(Agent("echo", echo))
+    config = make_config(auth=AuthConfig.model_validate(auth), **api)
+    return Server(IOHandler(config, registry=registry, with_runner=True))
+
+
+@pytest.fixture
+def server() -> Iterator[Server]:
+    auth = {
+        "enabled": True,
+        "api_keys": [{"user": u, "key": k} for u, k in KEYS.items()],
+        "jwt": {"secret": SECRET, "audience": "agents", "issuer": "https://issuer.test"},
+    }
+    s = start(auth, idempotency_secret=SecretStr("server-side-secret"))
+    yield s
+    s.close()
+
+
+def token(user: str = "carol", key: Any = SECRET, algorithm: str = "HS256", **claims: Any) -> str:
+    body = {"sub": user, "aud": "agents", "iss": "https://issuer.test", "exp": time.time() + 60}
+    body |= claims
+    return jwt.encode({k: v for k, v in body.items() if v is not None}, key, algorithm=algorithm)
+
+
+def as_key(user: str) -> dict[str, str]:
+    return {"X-API-Key": KEYS[user]}
+
+
+def bearer(value: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {value}"}
+
+
+def chat(server: Server, session: str, prompt: str, headers: dict[str, str]) -> httpx.Response:
+    body = {"session_id": session, "prompt": prompt}
+    return server.client.post("/api/v1/chat", json=body, headers=headers)
+
+
+def test_health_and_ready_stay_open(server: Server) -> None:
+    assert server.client.get("/health").status_code == 200
+    assert server.client.get("/ready").status_code == 200
+
+
+@pytest.mark.parametrize(
+    "headers",
+    [
+        {},
+        {"X-API-Key": "not-a-key"},
+        bearer(token(exp=time.time() - 120)),  # expired
+        bearer(token(aud="someone-else")),  # wrong audience
+        bearer(token(iss="https://evil.test")),  # wrong issuer
+        bearer(token(key="another-secret-of-enough-length-0123456789")),  # wrong key
+        bearer(token(exp=None)),  # no expiry at all
+        bearer("garbage.token.value"),
+        {"Authorization": "Basic YWxpY2U6cHc="},
+    ],
+    ids=[
+        "missing",
+        "bad-key",
+        "expired",
+        "audience",
+        "issuer",
+        "signature",
+        "no-exp",
+        "garbage",
+        "basic",
+    ],
+)
+def test_every_route_refuses_bad_credentials(server: Server, headers: dict[str, str]) -> None:
+    for method, path in (
+        ("POST", "/api/v1/chat"),
+        ("GET", "/api/v1/chat/s?request_id=x"),
+        ("GET", "/api/v1/agents"),
+        ("GET", "/metrics"),
+        ("GET", "/api/v1/chat/s/stream?request_id=x"),
+    ):
+        response = server.client.request(
+            method, path, headers=headers, json={"session_id": "s", "prompt": "p"}
+        )
+        assert response.status_code == 401, (method, path, response.text)
+        assert response.json()["error"] == "UNAUTHORIZED"
+        assert response.headers["www-authenticate"].startswith("Bearer")
+
+
+def test_api_keys_and_tokens_are_accepted(server: Server) -> None:
+    assert chat(server, "k1", "hi", as_key("alice")).status_code == 200
+    assert chat(server, "j1", "hi", bearer(token("carol"))).status_code == 200
+
+
+def test_a_session_belongs_to_the_identity_that_created_it(server: Server) -> None:
+    mine = chat(server, "owned", "one", as_key("alice"))
+    assert mine.status_code == 200
+    request_id = mine.json()["request_id"]
+    theirs = chat(server, "owned", "intrude", as_key("bob"))
+    assert (theirs.status_code, theirs.json()["error"]) == (404, "NOT_FOUND")
+    peek = server.client.get(
+        "/api/v1/chat/owned", params={"request_id": request_id}, headers=as_key("bob")
+    )
+    assert peek.status_code == 404
+    with httpx.Client(base_url=server.url, headers=as_key("alice")) as alice:
+        assert poll(alice, "owned", request_id).status_code == 200
+    again = chat(server, "owned", "two", as_key("alice"))
+    assert json.loads(again.json()["result"]) == ["one", "two"]  # bob's turn never ran
+
+
+def test_idempotent_request_ids_are_per_identity_and_keyed(server: Server) -> None:
+    key = {"Idempotency-Key": "same-key", "Prefer": "respond-async"}
+    alice = chat(server, "idem", "x", as_key("alice") | key).json()["request_id"]
+    bob = chat(server, "idem-b", "x", as_key("bob") | key).json()["request_id"]
+    assert alice != bob
+    assert (
+        alice != uuid.uuid5(uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10"), "idem\nsame-key").hex
+    )
+
+
+def test_websocket_handshake_needs_a_credential(server: Server) -> None:
+    url = server.url.replace("http://", "ws://") + "/ws"
+    with pytest.raises(InvalidStatus):
+        ws_client.connect(url).close()
+    with pytest.raises(InvalidStatus):
+        ws_client.connect(url + "?token=" + token(exp=time.time() - 100)).close()
+    with ws_client.connect(url + "?token=" + token("dave")) as ws:
+        ws.send(json.dumps({"session_id": "w", "prompt": "hi"}))
+        frames = [json.loads(ws.recv(timeout=10)) for _ in range(2)]
+    assert [f["type"] for f in frames] == ["CHAT_QUEUED", "CHAT_RESPONSE"]
+
+
+def test_secrets_never_reach_the_logs(server: Server, caplog: pytest.LogCaptureFixture) -> None:
+    bad = token(key="another-secret-of-enough-length-0123456789")
+    with caplog.at_level(logging.DEBUG):
+        chat(server, "log", "x", bearer(bad))
+        chat(server, "log", "x", {"X-API-Key": "wrong-key-123"})
+        chat(server, "log", "x", as_key("alice"))
+    text = "\n".join(r.getMessage() for r in caplog.records)
+    for secret in (bad, "wrong-key-123", KEYS["alice"], SECRET):
+        assert secret not in text
+
+
+def keypair(kind: str) -> tuple[Any, bytes]:
+    private = (
+        rsa.generate_private_key(65537, 2048)
+        if kind == "RS256"
+        else ec.generate_private_key(ec.SECP256R1())
+    )
+    public = private.public_key().public_bytes(
+        serialization.Encoding.PEM, serialization.PublicFormat.SubjectPublicKeyInfo
+    )
+    return private, public
+
+
+def test_rs256_public_key_and_es256_jwks(tmp_path: Path) -> None:
+    rsa_key, rsa_public = keypair("RS256")
+    (tmp_path / "rsa.pem").write_bytes(rsa_public)
+    by_file = start(
+        {
+            "enabled": True,
+            "jwt": {"algorithms": ["RS256"], "public_key_file": str(tmp_path / "rsa.pem")},
+        }
+    )
+    try:
+        good = token("erin", rsa_key, "RS256", aud=None, iss=None)
+        assert chat(by_file, "r", "hi", bearer(good)).status_code == 200
+        forged = token("erin", keypair("RS256")[0], "RS256", aud=None, iss=None)
+        assert chat(by_file, "r", "hi", bearer(forged)).status_code == 401
+    finally:
+        by_file.close()
+    ec_key, _ = keypair("ES256")
+    jwk = json.loads(jwt.algorithms.ECAlgorithm.to_jwk(ec_key.public_key()))
+    (tmp_path / "jwks.json").write_text(
+        json.dumps({"keys": [jwk | {"kid": "k1", "alg": "ES256", "use": "sig"}]})
+    )
+    by_jwks = start(
+        {
+            "enabled": True,
+            "jwt": {"algorithms": ["ES256"], "jwks_file": str(tmp_path / "jwks.json")},
+        }
+    )
+    try:
+        signed = jwt.encode(
+            {"sub": "fay", "exp": time.time() + 60}, ec_key, "ES256", headers={"kid": "k1"}
+        )
+        assert chat(by_jwks, "e", "hi", bearer(signed)).status_code == 200
+        unknown_kid = jwt.encode(
+            {"sub": "fay", "exp": time.time() + 60}, ec_key, "ES256", headers={"kid": "k9"}
+        )
+        assert chat(by_jwks, "e", "hi", bearer(unknown_kid)).status_code == 401
+    finally:
+        by_jwks.close()
