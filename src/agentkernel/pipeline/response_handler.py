@@ -1,8 +1,11 @@
 """The response handler: OUTPUT queue -> response store.
 
 Each OUTPUT message becomes a :class:`ResponseRecord` keyed by its ``request_id`` attribute, with
-the status from the ``status_code`` attribute. A message that keeps failing to be stored is
-answered with an error record, so a waiting caller is never left hanging.
+the status from the ``status_code`` attribute. While the store is down, messages are delivered
+again with a growing delay (the consumer loop's back-off); a message that exhausted its
+deliveries is still stored as the reply it carries, so an outage longer than the retries only
+delays replies. A message that cannot be decoded is answered with an error record, so a waiting
+caller is never left hanging.
 """
 
 from __future__ import annotations
@@ -11,7 +14,7 @@ import json
 import logging
 
 from agentkernel.core.config import AKConfig, QueuesConfig
-from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
+from agentkernel.pipeline.consumer import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, QueueConsumer
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, ATTR_STATUS_CODE, QueueMessage, QueueName
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
@@ -56,9 +59,18 @@ class ResponseHandler(QueueConsumer):
         self.queues = queues if queues is not None else AKConfig.get().execution.queues
 
     def consumer_loop(
-        self, exit_on_shutdown: bool = True, stop_on_shutdown: bool = True
+        self,
+        exit_on_shutdown: bool = True,
+        stop_on_shutdown: bool = True,
+        drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
     ) -> ConsumerLoop:
-        """The :class:`ConsumerLoop` that drives this handler."""
+        """The :class:`ConsumerLoop` that drives this handler.
+
+        Args:
+            exit_on_shutdown: passed to the loop.
+            stop_on_shutdown: passed to the loop.
+            drain_timeout: seconds a stopping consumer thread waits for its messages in hand.
+        """
         settings = self.queues.output
         return ConsumerLoop(
             process=self.process_message,
@@ -70,15 +82,35 @@ class ResponseHandler(QueueConsumer):
             queue=QueueName.OUTPUT,
             exit_on_shutdown=exit_on_shutdown,
             stop_on_shutdown=stop_on_shutdown,
+            drain_timeout=drain_timeout,
         )
 
     def process_message(self, message: QueueMessage) -> None:
-        self.store.put(record_of(message))
+        try:
+            record = record_of(message)
+        except ValueError:  # retrying cannot make it readable: answer the caller now
+            self.on_permanent_failure(message)
+            return
+        self.store.put(record)
 
     def on_permanent_failure(self, message: QueueMessage) -> None:
+        """Store the reply anyway (the store may be back), or an error record if it is unreadable.
+
+        Raises:
+            ResponseStoreError: the store is still down; the message stays queued.
+        """
         request_id = message.attributes.get(ATTR_REQUEST_ID)
         if not request_id:
             logger.error("dropping OUTPUT message %s: no request_id", message.message_id)
+            return
+        try:
+            record = record_of(message)
+        except ValueError:
+            logger.error(
+                "OUTPUT message %s of request %s is unreadable", message.message_id, request_id
+            )
+        else:
+            self.store.put(record)
             return
         session_id = message.group_id or ""
         doc = {
