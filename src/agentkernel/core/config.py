@@ -242,6 +242,13 @@ class RunnerConfig(_Block):
         description="Extend the message lease (visibility timeout, ack wait) while a turn runs, "
         "so a long turn is not delivered twice.",
     )
+    drain_timeout: float = Field(
+        20.0,
+        gt=0,
+        description="Seconds a stopping runner waits for its turns in flight (and, embedded, the "
+        "turns still queued) to finish. Turns still unfinished are logged by request id and "
+        "handed back to the broker for another runner.",
+    )
 
 
 class ExecutionConfig(_Block):
@@ -284,6 +291,19 @@ class ApiConfig(_Block):
     )
     enqueue_timeout: float = Field(
         5.0, gt=0, description="Seconds an enqueue may take before the request fails with 503."
+    )
+    body_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds a client may take to send a whole request body; a slower body is "
+        "answered 408 and the connection closed.",
+    )
+    shutdown_timeout: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds a stopping IO process keeps waiting rest_sync requests open for "
+        "their replies (after an embedded runner has drained); the rest are answered 503 "
+        "SHUTTING_DOWN with the request_id and a Location to poll.",
     )
 
 
