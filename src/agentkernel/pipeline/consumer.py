@@ -93,16 +93,30 @@ class _Tracker:
 
     def __init__(self) -> None:
         self._messages: dict[int, QueueMessage] = {}
+        self._futures: dict[int, Future[None]] = {}  # async handling of a message
         self._cond = threading.Condition()
 
     def add(self, message: QueueMessage) -> None:
         with self._cond:
             self._messages[id(message)] = message
 
+    def attach(self, message: QueueMessage, future: Future[None]) -> None:
+        with self._cond:
+            if id(message) in self._messages:
+                self._futures[id(message)] = future
+
     def done(self, message: QueueMessage) -> None:
         with self._cond:
             self._messages.pop(id(message), None)
+            self._futures.pop(id(message), None)
             self._cond.notify_all()
+
+    def cancel(self, message: QueueMessage) -> None:
+        """Cancel the async handling of ``message``, if any."""
+        with self._cond:
+            future = self._futures.get(id(message))
+        if future is not None:
+            future.cancel()
 
     def wait_idle(self, timeout: float) -> bool:
         """Wait up to ``timeout`` seconds for every message to be settled; ``False`` if not."""
@@ -308,6 +322,7 @@ class ConsumerLoop:
             )
             self._untrack(message)
             self._safe_nack(consumer, message)
+            tracker.cancel(message)  # its result would no longer count
 
     def _close(self, consumer: TransportConsumer) -> None:
         try:
@@ -373,6 +388,7 @@ class ConsumerLoop:
             )
             if group is not None:
                 self._tails[group] = future
+        tracker.attach(message, future)
         future.add_done_callback(lambda f: self._finished(tracker, message, f))
 
     def _finished(self, tracker: _Tracker, message: QueueMessage, future: Future[None]) -> None:
