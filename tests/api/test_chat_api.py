@@ -9,11 +9,12 @@ import httpx
 
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.io_handler import IOHandler
 from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 
-from .conftest import ATTEMPTS, Server, poll
+from .conftest import ATTEMPTS, Server, make_config, poll, registry
 
 
 def chat(server: Server, session: str, prompt: str, **extra: object) -> httpx.Response:
@@ -252,3 +253,39 @@ def test_service_routes(server: Server) -> None:
     assert (
         "session_id" in post["requestBody"]["content"]["application/json"]["schema"]["properties"]
     )
+
+
+CLOSED: list[str] = []
+
+
+class ClosingTransport(InMemoryTransport):
+    def close(self) -> None:
+        CLOSED.append("transport")
+
+
+class ClosingStore(InMemoryResponseStore):
+    def close(self) -> None:
+        CLOSED.append("store")
+
+
+def test_the_clients_it_created_are_closed_in_order_after_the_drain() -> None:
+    CLOSED.clear()
+    config = make_config()
+    execution = config.execution.model_copy(
+        update={
+            "queues": config.execution.queues.model_copy(
+                update={"type": f"{__name__}.ClosingTransport"}
+            ),
+            "response_store": config.execution.response_store.model_copy(
+                update={"type": f"{__name__}.ClosingStore"}
+            ),
+        }
+    )
+    handler = IOHandler(
+        config.model_copy(update={"execution": execution}), registry=registry(), with_runner=True
+    )
+    server = Server(handler)
+    assert chat(server, "c", "hi").json()["result"] == "hi #1"
+    assert CLOSED == []
+    server.close()
+    assert CLOSED == ["transport", "store"]
