@@ -16,12 +16,13 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
+pytest.importorskip("redis")  # the core CI stage runs tests/api without the redis extra
+
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from tests import servers
 
 from .conftest import Server
 
-pytest.importorskip("redis")
 pytestmark = pytest.mark.redis
 
 

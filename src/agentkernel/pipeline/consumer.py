@@ -202,6 +202,8 @@ class ConsumerLoop:
         self._retry_backoff = retry_backoff
         self._max_retry_backoff = max_retry_backoff
         self._holds: LoopThread | None = None  # sync loops: where failed messages wait
+        self._fetching = 0  # threads still in their fetch loop
+        self._fetching_done = threading.Condition()
         self._log = RateLimitedLog(logger)
 
     # -- lifecycle -------------------------------------------------------------------------
@@ -274,14 +276,24 @@ class ConsumerLoop:
             consumer = self._open_consumer()
             if consumer is not None:
                 tracker = _Tracker()
-                wait = min(self._wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
-                while not self.stopping():
-                    self._fetch_and_dispatch(consumer, tracker, wait)
+                self._fetch_until_stopped(consumer, tracker)
                 self._drain(consumer, tracker)
         finally:
             if consumer is not None:
                 self._close(consumer)
             self._thread_finished()
+
+    def _fetch_until_stopped(self, consumer: TransportConsumer, tracker: _Tracker) -> None:
+        wait = min(self._wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
+        with self._fetching_done:
+            self._fetching += 1
+        try:
+            while not self.stopping():
+                self._fetch_and_dispatch(consumer, tracker, wait)
+        finally:
+            with self._fetching_done:
+                self._fetching -= 1
+                self._fetching_done.notify_all()
 
     def _open_consumer(self) -> TransportConsumer | None:
         """This thread's consumer, created again with back-off until it works or we stop.
@@ -309,9 +321,17 @@ class ConsumerLoop:
         return None
 
     def _drain(self, consumer: TransportConsumer, tracker: _Tracker) -> None:
-        """Wait (bounded) for the messages in hand; hand back what is still unfinished."""
+        """Wait (bounded) for the messages in hand; hand back what is still unfinished.
+
+        Nothing is handed back before every thread of the loop has stopped fetching: a sibling
+        still fetching would take the message again, and each bounce costs a delivery.
+        """
         if tracker.wait_idle(self._drain_timeout):
             return
+        with self._fetching_done:
+            self._fetching_done.wait_for(
+                lambda: self._fetching == 0, self._wait_seconds + _STOP_CHECK_SECONDS
+            )
         for message in tracker.pending():
             logger.warning(
                 "drain of %s timed out after %.1fs: message %s (request %s) is handed back",
