@@ -184,6 +184,15 @@ def test_embedded_sigterm_runs_the_turns_already_accepted(tmp_path: Path) -> Non
     assert "not run before shutdown" not in err
 
 
+def wait_for_depth(url: str, depth: int, timeout: float = 10) -> None:
+    deadline = time.monotonic() + timeout
+    while (
+        f'agentkernel_queue_depth{{queue="input"}} {depth}' not in httpx.get(url + "/metrics").text
+    ):
+        assert time.monotonic() < deadline, "the turns were not queued in time"
+        time.sleep(0.05)
+
+
 def test_embedded_sigterm_logs_each_turn_it_could_not_run_and_answers_its_caller(
     tmp_path: Path,
 ) -> None:
@@ -199,7 +208,7 @@ def test_embedded_sigterm_logs_each_turn_it_could_not_run_and_answers_its_caller
     try:
         ids = accepted(url, "long", 5, 3)
         caller.start()
-        time.sleep(0.5)
+        wait_for_depth(url, 3)  # the sync turn is queued behind two others (one runs)
         err = stop(proc)
         caller.join(30)
     finally:
