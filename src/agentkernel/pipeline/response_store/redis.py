@@ -11,6 +11,7 @@ Every redis-py exception is mapped in :func:`_redis_errors`: connection trouble 
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 from collections.abc import Iterator
@@ -66,7 +67,7 @@ class RedisResponseStore(ResponseStore):
 
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
         with _redis_errors("subscription to replies"):
-            self._ensure_listener()
+            await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
         await wait_for_record(self._waiters, request_id, timeout, lambda: self.get(request_id))
         return self.get(request_id)
 
