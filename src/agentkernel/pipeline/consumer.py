@@ -10,9 +10,8 @@ A fetch may return several messages of one group (SQS FIFO batches do); the loop
 each only after the previous one of its group has been settled.
 
 Failures cost little: a failed message is handed back after a delay that doubles with each
-delivery (the transport's own delayed nack where it has one, otherwise the loop keeps the message
-and its lease for the delay without blocking other messages), repeated failures are logged once
-per interval with a count, and a consumer that cannot be created is created again with back-off.
+delivery (see :mod:`agentkernel.pipeline.redelivery`), repeated failures are logged once per
+interval with a count, and a consumer that cannot be created is created again with back-off.
 Every shutdown wait is bounded by ``drain_timeout``; what is still unfinished then is logged by
 request id and handed back to the broker.
 """
@@ -37,6 +36,12 @@ from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueNa
 from agentkernel.pipeline.event_loop import LoopThread
 from agentkernel.pipeline.lease import LeaseKeeper
 from agentkernel.pipeline.metrics import METRICS
+from agentkernel.pipeline.redelivery import (
+    MAX_RETRY_BACKOFF_SECONDS,
+    RETRY_BACKOFF_SECONDS,
+    STOP_CHECK_SECONDS,
+    Redelivery,
+)
 from agentkernel.pipeline.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import TransportConsumer
 
@@ -45,15 +50,10 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[QueueMessage], Any] | Callable[[QueueMessage], Awaitable[Any]]
 
 POLL_ERROR_BACKOFF_SECONDS = 5.0
-#: Delay before the first redelivery of a failed message; doubles with every delivery.
-RETRY_BACKOFF_SECONDS = 0.5
-MAX_RETRY_BACKOFF_SECONDS = 30.0
 #: First wait before creating a consumer again after creating it failed; doubles, capped.
 CONSUMER_RETRY_SECONDS = 1.0
 MAX_CONSUMER_RETRY_SECONDS = 30.0
 DRAIN_TIMEOUT_SECONDS = 20.0
-#: Longest sleep between two looks at the stop flag while backing off.
-_STOP_CHECK_SECONDS = 0.25
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -175,8 +175,8 @@ class ConsumerLoop:
     ) -> None:
         if num_consumers < 1 or batch_size < 1 or max_in_flight < 1:
             raise ValueError("num_consumers, batch_size and max_in_flight must be at least 1")
-        if drain_timeout < 0 or retry_backoff < 0 or max_retry_backoff < 0:
-            raise ValueError("drain_timeout and retry back-offs must not be negative")
+        if drain_timeout < 0:
+            raise ValueError("drain_timeout must not be negative")
         self._process = process
         self._on_permanent_failure = on_permanent_failure
         self._consumer_factory = consumer_factory
@@ -199,12 +199,17 @@ class ConsumerLoop:
         self._error_backoff = POLL_ERROR_BACKOFF_SECONDS
         self._consumer_retry = CONSUMER_RETRY_SECONDS
         self._drain_timeout = drain_timeout
-        self._retry_backoff = retry_backoff
-        self._max_retry_backoff = max_retry_backoff
-        self._holds: LoopThread | None = None  # sync loops: where failed messages wait
         self._fetching = 0  # threads still in their fetch loop
         self._fetching_done = threading.Condition()
         self._log = RateLimitedLog(logger)
+        self._redelivery = Redelivery(
+            self._queue,
+            base=retry_backoff,
+            cap=max_retry_backoff,
+            stopping=self.stopping,
+            release=self._untrack,
+            log=self._log,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -237,7 +242,7 @@ class ConsumerLoop:
     @property
     def shutdown_timeout(self) -> float:
         """Seconds after which a stopping loop is given up on: the drain plus a margin."""
-        return self._drain_timeout + _STOP_CHECK_SECONDS + 5.0
+        return self._drain_timeout + STOP_CHECK_SECONDS + 5.0
 
     def stop(self, drain_timeout: float | None = None) -> None:
         """Stop this loop only (finish in-flight work, then return from :meth:`run`).
@@ -330,7 +335,7 @@ class ConsumerLoop:
             return
         with self._fetching_done:
             self._fetching_done.wait_for(
-                lambda: self._fetching == 0, self._wait_seconds + _STOP_CHECK_SECONDS
+                lambda: self._fetching == 0, self._wait_seconds + STOP_CHECK_SECONDS
             )
         for message in tracker.pending():
             logger.warning(
@@ -341,7 +346,7 @@ class ConsumerLoop:
                 message.attributes.get(ATTR_REQUEST_ID, "-"),
             )
             self._untrack(message)
-            self._safe_nack(consumer, message)
+            self._redelivery.nack(consumer, message)
             tracker.cancel(message)  # its result would no longer count
 
     def _close(self, consumer: TransportConsumer) -> None:
@@ -354,7 +359,7 @@ class ConsumerLoop:
         """Sleep up to ``seconds``, waking early when the loop stops."""
         deadline = time.monotonic() + seconds
         while not self.stopping() and (left := deadline - time.monotonic()) > 0:
-            self._stop.wait(min(left, _STOP_CHECK_SECONDS))
+            self._stop.wait(min(left, STOP_CHECK_SECONDS))
 
     def _fetch_and_dispatch(
         self, consumer: TransportConsumer, tracker: _Tracker, wait: float
@@ -431,9 +436,9 @@ class ConsumerLoop:
         if last:
             if self._leases is not None:
                 self._leases.stop()
-            for loop in (self._loop, self._holds):
-                if loop is not None:
-                    loop.stop()
+            if self._loop is not None:
+                self._loop.stop()
+            self._redelivery.stop()
             self._log.flush()
             self._idle.set()
 
@@ -460,7 +465,7 @@ class ConsumerLoop:
                 consumer.ack(message)
         except Exception as exc:
             self._log_failure(message, exc)
-            return self._give_back(consumer, message)
+            return self._redelivery.give_back(consumer, message)
         return None
 
     async def _handle_async(
@@ -481,7 +486,7 @@ class ConsumerLoop:
                 await call(consumer.nonblocking, consumer.ack, message)
         except Exception as exc:
             self._log_failure(message, exc)
-            await self._give_back_async(consumer, message)
+            await self._redelivery.give_back_async(consumer, message)
 
     @staticmethod
     def _call(fn: Handler, message: QueueMessage) -> None:
@@ -513,61 +518,9 @@ class ConsumerLoop:
             self._queue,
             message.attributes.get(ATTR_REQUEST_ID, "-"),
             message.receive_count,
-            self._retry_delay(message),
+            self._redelivery.delay(message),
             exc_info=True,
         )
-
-    # -- handing a failed message back ----------------------------------------------------------
-
-    def _retry_delay(self, message: QueueMessage) -> float:
-        exponent = min(max(message.receive_count - 1, 0), 30)
-        return float(min(self._retry_backoff * 2**exponent, self._max_retry_backoff))
-
-    def _give_back(self, consumer: TransportConsumer, message: QueueMessage) -> Future[None] | None:
-        """Sync loops: nack after the retry delay, holding the message off this thread."""
-        if self._nacked_later(consumer, message):
-            return None
-        with self._running_lock:
-            if self._holds is None:
-                self._holds = LoopThread(f"{self._queue}-holds", max_workers=2)
-            holds = self._holds
-        return holds.submit(self._give_back_async(consumer, message, native=False))
-
-    async def _give_back_async(
-        self, consumer: TransportConsumer, message: QueueMessage, native: bool = True
-    ) -> None:
-        """Nack after the retry delay; the wait ends early when the loop stops."""
-        if native and await call(consumer.nonblocking, self._nacked_later, consumer, message):
-            return
-        deadline = time.monotonic() + self._retry_delay(message)
-        while not self.stopping() and (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(left, _STOP_CHECK_SECONDS))
-        self._untrack(message)
-        await call(consumer.nonblocking, self._safe_nack, consumer, message)
-
-    def _nacked_later(self, consumer: TransportConsumer, message: QueueMessage) -> bool:
-        """Let the transport delay the redelivery itself, where it can."""
-        delay = self._retry_delay(message)
-        try:
-            if delay and consumer.nack_later(message, delay):
-                self._untrack(message)
-                return True
-        except Exception:
-            logger.warning("delayed nack of %s failed", message.message_id, exc_info=True)
-        return False
-
-    def _safe_nack(self, consumer: TransportConsumer, message: QueueMessage) -> None:
-        try:
-            consumer.nack(message)
-        except Exception as exc:
-            self._log.log(
-                logging.ERROR,
-                f"{self._queue}:nack:{type(exc).__name__}",
-                "nack of %s on %s failed",
-                message.message_id,
-                self._queue,
-                exc_info=True,
-            )
 
 
 async def _await(awaitable: Awaitable[Any]) -> Any:
