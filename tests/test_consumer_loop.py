@@ -523,3 +523,20 @@ def test_run_closes_the_given_clients_in_order_after_the_drain() -> None:
     loop.stop()
     thread.join(5)
     assert closed == ["transport", "store"]
+
+
+def test_retry_delay_doubles_per_delivery_up_to_the_cap() -> None:
+    from agentkernel.core.log_limit import RateLimitedLog
+    from agentkernel.pipeline.redelivery import Redelivery
+
+    redelivery = Redelivery(
+        "q",
+        base=0.5,
+        cap=30.0,
+        stopping=lambda: False,
+        release=lambda m: None,
+        log=RateLimitedLog(logging.getLogger("test")),
+    )
+    delays = [redelivery.delay(QueueMessage(receive_count=n)) for n in range(1, 10)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert redelivery.delay(QueueMessage(receive_count=10_000)) == 30.0  # no overflow
