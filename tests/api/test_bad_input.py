@@ -6,6 +6,7 @@ import json
 import socket
 import time
 
+import httpx
 import pytest
 
 from agentkernel.pipeline.envelope import QueueName
@@ -167,3 +168,29 @@ def test_a_slow_but_steady_body_within_the_timeout_is_fine(start_server) -> None
 
     response = server.client.post("/api/v1/chat", content=trickle())
     assert (response.status_code, response.json()["result"]) == (200, "hi #1")
+
+
+@pytest.mark.parametrize("request_id", ["x" * 10_000, "../../etc/passwd", "\x00", "ü;DROP", "*"])
+def test_hostile_request_ids_on_poll_are_a_plain_404(guarded: Server, request_id: str) -> None:
+    response = guarded.client.get("/api/v1/chat/s", params={"request_id": request_id})
+    assert (response.status_code, response.json()["error"]) == (404, "NOT_FOUND")
+
+
+def test_a_trickling_body_cannot_outlast_the_body_timeout(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(body_timeout=0.5)
+
+    def trickle():  # type: ignore[no-untyped-def]
+        yield b'{"session_id": "s", "prompt": "'
+        for _ in range(20):  # a byte every 0.1 s: never idle long, but 2 s in all
+            time.sleep(0.1)
+            yield b"x"
+        yield b'"}'
+
+    started = time.monotonic()
+    try:
+        response = server.client.post("/api/v1/chat", content=trickle())
+    except httpx.HTTPError:
+        pass  # the server may close while the client is still sending; either way it ended
+    else:
+        assert (response.status_code, response.json()["error"]) == (408, "BODY_TIMEOUT")
+    assert time.monotonic() - started < 3.0
