@@ -241,8 +241,12 @@ class ConsumerLoop:
 
     @property
     def shutdown_timeout(self) -> float:
-        """Seconds after which a stopping loop is given up on: the drain plus a margin."""
-        return self._drain_timeout + STOP_CHECK_SECONDS + 5.0
+        """Seconds after which a stopping loop is given up on.
+
+        The drain, plus one fetch wait (a thread in a long poll finishes it before it stops),
+        plus a margin for closing consumers.
+        """
+        return self._drain_timeout + self._wait_seconds + STOP_CHECK_SECONDS + 5.0
 
     def stop(self, drain_timeout: float | None = None) -> None:
         """Stop this loop only (finish in-flight work, then return from :meth:`run`).
