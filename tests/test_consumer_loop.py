@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import asyncio
 import itertools
+import logging
 import threading
 import time
 from collections import defaultdict
 
 import pytest
 
+from agentkernel.core.errors import AKConfigError, TransportError
 from agentkernel.pipeline.consumer import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
@@ -39,10 +41,11 @@ class Runner:
 
 def make_loop(transport: InMemoryTransport, process, hook=lambda m: None, **kw) -> ConsumerLoop:
     kw.setdefault("wait_seconds", 0.2)
+    kw.setdefault("retry_backoff", 0.01)
+    kw.setdefault("consumer_factory", lambda: transport.create_consumer(QueueName.INPUT))
     return ConsumerLoop(
         process=process,
         on_permanent_failure=hook,
-        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
         exit_on_shutdown=False,
         queue=QueueName.INPUT,
         **kw,
@@ -309,3 +312,231 @@ def test_fetch_waits_are_sliced_to_the_consumer_declaration(
     with Runner(loop):
         wait_until(lambda: len(waits) >= 2)
     assert set(waits) == {expected}
+
+
+# -- failures and shutdown ---------------------------------------------------------------------
+
+
+class Delegating(TransportConsumer):
+    """An in-memory consumer without a delayed nack, like a broker that cannot delay one."""
+
+    def __init__(self, transport: InMemoryTransport) -> None:
+        self.inner = transport.create_consumer(QueueName.INPUT)
+
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        return self.inner.fetch(batch_size, wait_seconds)
+
+    def ack(self, message: QueueMessage) -> None:
+        self.inner.ack(message)
+
+    def nack(self, message: QueueMessage) -> None:
+        self.inner.nack(message)
+
+    def close(self) -> None:
+        self.inner.close()
+
+
+def gaps(times: list[float]) -> list[float]:
+    return [b - a for a, b in itertools.pairwise(times)]
+
+
+@pytest.mark.parametrize(("is_async", "native"), [(False, True), (True, True), (False, False)])
+def test_failed_message_is_redelivered_after_a_doubling_delay(is_async: bool, native: bool) -> None:
+    transport = InMemoryTransport()
+    seen: list[float] = []
+
+    def fail(m: QueueMessage) -> None:
+        seen.append(time.monotonic())
+        raise RuntimeError("store down")
+
+    async def afail(m: QueueMessage) -> None:
+        fail(m)
+
+    send(transport, "reply")
+    loop = make_loop(
+        transport,
+        afail if is_async else fail,
+        max_receive_count=10,
+        retry_backoff=0.2,
+        consumer_factory=(lambda: transport.create_consumer(QueueName.INPUT))
+        if native
+        else (lambda: Delegating(transport)),
+    )
+    with Runner(loop):
+        wait_until(lambda: len(seen) >= 4)
+    # Before the back-off a failed message came back at once (276 times in 0.3 s on Redis).
+    assert [round(g, 1) >= d for g, d in zip(gaps(seen), (0.2, 0.4, 0.8), strict=False)] == [
+        True,
+        True,
+        True,
+    ], gaps(seen)
+
+
+def test_a_held_message_does_not_block_other_messages_of_a_sync_loop() -> None:
+    transport = InMemoryTransport()
+    done: list[str] = []
+
+    def process(m: QueueMessage) -> None:
+        if m.body == "bad":
+            raise RuntimeError("fails")
+        done.append(m.body)
+
+    send(transport, "bad", group="a")
+    for i in range(3):
+        send(transport, f"ok{i}", group="b")
+    loop = make_loop(
+        transport,
+        process,
+        retry_backoff=10.0,
+        consumer_factory=lambda: Delegating(transport),
+        num_consumers=1,
+    )
+    started = time.monotonic()
+    with Runner(loop):
+        wait_until(lambda: len(done) == 3)
+        assert time.monotonic() - started < 3.0
+    # stop() hands the held message back at once instead of waiting out its 10 s delay
+    assert time.monotonic() - started < 5.0
+    assert [m.body for m in transport.create_consumer(QueueName.INPUT).fetch(5, 0.5)] == ["bad"]
+
+
+def test_repeated_failures_are_logged_once_per_interval(caplog: pytest.LogCaptureFixture) -> None:
+    transport = InMemoryTransport()
+    attempts: list[int] = []
+
+    def fail(m: QueueMessage) -> None:
+        attempts.append(m.receive_count)
+        raise TransportError("store down")
+
+    for i in range(40):
+        send(transport, str(i), group=f"g{i}")
+    caplog.set_level(logging.WARNING, logger="agentkernel.pipeline.consumer")
+    with Runner(make_loop(transport, fail, retry_backoff=0, max_receive_count=100)):
+        wait_until(lambda: len(attempts) >= 200)
+    lines = [r for r in caplog.records if r.name == "agentkernel.pipeline.consumer"]
+    assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines]  # first one, then a summary
+    assert "more like it" in lines[-1].getMessage()
+
+
+def test_a_consumer_that_fails_to_start_is_created_again() -> None:
+    transport = InMemoryTransport()
+    seen: list[str] = []
+    failures = [TransportError("broker away"), OSError("refused")]
+
+    def factory() -> TransportConsumer:
+        if failures:
+            raise failures.pop()
+        return transport.create_consumer(QueueName.INPUT)
+
+    send(transport, "after-restart")
+    loop = make_loop(transport, lambda m: seen.append(m.body), consumer_factory=factory)
+    loop._consumer_retry = 0.05
+    with Runner(loop):
+        wait_until(lambda: seen == ["after-restart"])
+
+
+def test_stop_returns_while_a_consumer_keeps_failing_to_start() -> None:
+    def factory() -> TransportConsumer:
+        raise TransportError("broker away")
+
+    loop = make_loop(InMemoryTransport(), print, consumer_factory=factory)
+    thread = threading.Thread(target=loop.consume, daemon=True)
+    thread.start()
+    time.sleep(0.3)
+    loop.stop()
+    assert loop.wait_stopped(3.0)  # before the fix, wait_stopped never returned
+    thread.join(3)
+
+
+def test_a_configuration_error_at_start_is_raised_and_still_stops_the_loop() -> None:
+    def factory() -> TransportConsumer:
+        raise AKConfigError("execution.queues.nats: stream AGENT_REQUESTS does not exist")
+
+    loop = make_loop(InMemoryTransport(), print, consumer_factory=factory)
+    with pytest.raises(AKConfigError):
+        loop.consume()
+    assert loop.wait_stopped(0)
+
+
+@pytest.mark.parametrize(("threads", "stop_timeout"), [(1, None), (5, 0.0)])
+def test_drain_is_bounded_and_hands_back_what_did_not_finish(
+    caplog: pytest.LogCaptureFixture, threads: int, stop_timeout: float | None
+) -> None:
+    transport = InMemoryTransport()
+    started = threading.Event()
+
+    async def stuck(m: QueueMessage) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    transport.send(
+        QueueName.INPUT, QueueMessage(body="x", group_id="g", attributes={"request_id": "r-77"})
+    )
+    loop = make_loop(transport, stuck, drain_timeout=0.3, num_consumers=threads)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    stopped_at = time.monotonic()
+    loop.stop(stop_timeout)  # 0: hand back at once, while sibling threads may still fetch
+    assert loop.wait_stopped(5)
+    assert time.monotonic() - stopped_at < 2.0
+    thread.join(5)
+    again = transport.create_consumer(QueueName.INPUT).fetch(1, 0.5)
+    # handed back once, not left to its lease, and not bounced between sibling threads that
+    # were still fetching (each bounce cost a delivery: a turn ended TURN_FAILED unrun)
+    assert [m.receive_count for m in again] == [2]
+    assert sum("r-77" in r.getMessage() for r in caplog.records) == 1
+
+
+def test_stop_with_a_drain_timeout_overrides_the_loops_own() -> None:
+    transport = InMemoryTransport()
+    started = threading.Event()
+
+    async def stuck(m: QueueMessage) -> None:
+        started.set()
+        await asyncio.sleep(60)
+
+    send(transport, "x")
+    loop = make_loop(transport, stuck, drain_timeout=60)
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    assert started.wait(5)
+    loop.stop(drain_timeout=0.1)
+    assert loop.wait_stopped(3)
+    thread.join(5)
+
+
+def test_run_closes_the_given_clients_in_order_after_the_drain() -> None:
+    transport = InMemoryTransport()
+    closed: list[str] = []
+    done: list[str] = []
+    send(transport, "x")
+    loop = make_loop(transport, lambda m: done.append(m.body))
+    thread = threading.Thread(
+        target=loop.run,
+        kwargs={"close": [lambda: closed.append("transport"), lambda: closed.append("store")]},
+        daemon=True,
+    )
+    thread.start()
+    wait_until(lambda: done == ["x"])
+    assert closed == []
+    loop.stop()
+    thread.join(5)
+    assert closed == ["transport", "store"]
+
+
+def test_retry_delay_doubles_per_delivery_up_to_the_cap() -> None:
+    from agentkernel.core.log_limit import RateLimitedLog
+    from agentkernel.pipeline.redelivery import Redelivery
+
+    redelivery = Redelivery(
+        "q",
+        base=0.5,
+        cap=30.0,
+        stopping=lambda: False,
+        release=lambda m: None,
+        log=RateLimitedLog(logging.getLogger("test")),
+    )
+    delays = [redelivery.delay(QueueMessage(receive_count=n)) for n in range(1, 10)]
+    assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
+    assert redelivery.delay(QueueMessage(receive_count=10_000)) == 30.0  # no overflow

@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.thread_runner import ThreadRunner, close_in_order
 
 PRELUDE = textwrap.dedent(
     """
@@ -35,15 +35,15 @@ def run_script(body: str, *, signal_after: float | None = None) -> subprocess.Co
         [sys.executable, "-c", PRELUDE + textwrap.dedent(body)],
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
+        bufsize=0,  # unbuffered: readline must not swallow lines that communicate() then misses
     )
     if signal_after is not None:
         assert proc.stdout is not None
-        assert proc.stdout.readline().strip() == "ready"
+        assert proc.stdout.readline().strip() == b"ready"
         time.sleep(signal_after)
         proc.send_signal(signal.SIGTERM)
     out, err = proc.communicate(timeout=30)
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out.decode(), err.decode())
 
 
 def test_graceful_crash_drains_siblings_then_exits_1() -> None:
@@ -99,6 +99,43 @@ def test_sigterm_drains_and_exits_0() -> None:
     )
     assert result.returncode == 0, result.stderr
     assert result.stdout.split() == ["sibling-start", "sibling-drained"]  # "ready" was read
+
+
+def test_a_stuck_task_cannot_hold_the_shutdown_past_its_timeout() -> None:
+    started = time.monotonic()
+    result = run_script(
+        """
+        import logging
+        logging.basicConfig(level=logging.INFO)
+        ThreadRunner.install_signal_handlers()
+        def stuck():
+            time.sleep(3600)     # a handler that never returns
+        T = ThreadRunner.Task
+        say("ready")
+        ThreadRunner.run(
+            [
+                T(sibling, "sibling", stop_all_on_failure=True, graceful=True),
+                T(stuck, "stuck-consumer", stop_all_on_failure=True, graceful=True),
+            ],
+            shutdown_timeout=1.0,
+        )
+        """,
+        signal_after=0.3,
+    )
+    assert result.returncode == 0, result.stderr
+    assert time.monotonic() - started < 10  # without the timeout: communicate() times out
+    assert "still running: stuck-consumer" in result.stderr
+    assert result.stdout.split() == ["sibling-start", "sibling-drained"]
+
+
+def test_close_in_order_runs_every_closer_even_after_a_failure() -> None:
+    closed: list[str] = []
+
+    def broken() -> None:
+        raise RuntimeError("socket already gone")
+
+    close_in_order([lambda: closed.append("transport"), broken, lambda: closed.append("store")])
+    assert closed == ["transport", "store"]
 
 
 def test_task_failure_that_does_not_stop_anything_is_only_logged() -> None:

@@ -15,11 +15,13 @@ import argparse
 import importlib
 import logging
 import runpy
+import socket
 import sys
 from pathlib import Path
 from typing import Any
 
-from agentkernel.core.agent import Agent, Module
+from agentkernel import __version__
+from agentkernel.core.agent import Agent, AgentRegistry, Module
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 
@@ -38,7 +40,7 @@ def load_agents(spec: str) -> None:
         module = importlib.import_module(module_name)
         if attr:
             _register(getattr(module, attr))
-    except (OSError, ImportError, AttributeError, SyntaxError) as exc:
+    except (OSError, ImportError, AttributeError, SyntaxError, ValueError, TypeError) as exc:
         raise AKConfigError(f"cannot load agents from {spec!r}: {exc}") from exc
 
 
@@ -64,9 +66,46 @@ def _serve(args: argparse.Namespace, with_runner: bool) -> None:
     from agentkernel.pipeline.io_handler import IOHandler
 
     _configure(args)
+    _check_port(AKConfig.get().api.host, AKConfig.get().api.port)
     if with_runner:
         load_agents(args.agents)
+    _summary(args.command)
     IOHandler.run(with_runner=with_runner)
+
+
+def _check_port(host: str, port: int) -> None:
+    """Fail with one clear line, not a server traceback, when the port is taken."""
+    if port == 0:
+        return
+    with socket.socket() as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            raise AKConfigError(
+                f"api.port: cannot listen on {host}:{port}: {exc.strerror}"
+            ) from exc
+
+
+def _summary(command: str) -> None:
+    """One start-up line saying what this process is about to run."""
+    config = AKConfig.get()
+    execution, api = config.execution, config.api
+    agents = ", ".join(a.name for a in AgentRegistry.default().agents()) or "none"
+    where = "" if command == "runner" else f" on http://{api.host}:{api.port}"
+    logging.getLogger("agentkernel.cli").info(
+        "agentkernel %s %s%s: agents [%s], transport %s, response store %s, session store %s, "
+        "mode %s, auth %s",
+        __version__,
+        command,
+        where,
+        agents,
+        execution.queues.type,
+        execution.response_store.type,
+        config.session.type,
+        execution.mode,
+        "on" if api.auth.enabled else "off",
+    )
 
 
 def _runner(args: argparse.Namespace) -> None:
@@ -76,6 +115,7 @@ def _runner(args: argparse.Namespace) -> None:
     AKConfig.set(config)
     logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
     load_agents(args.agents)
+    _summary("runner")
     AgentRunner.run()
 
 
@@ -106,6 +146,7 @@ def _chat(args: argparse.Namespace) -> int:
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentkernel", description=__doc__.split("\n")[0])
+    parser.add_argument("--version", action="version", version=f"agentkernel {__version__}")
     sub = parser.add_subparsers(dest="command", required=True)
     for name, help_text in (
         ("serve", "run the API, the Agent Runner and the output consumers in one process"),

@@ -36,7 +36,8 @@ class ChatClient:
         """Send a turn and return the reply text (polling when the server answers 202)."""
         headers = {"Prefer": "respond-async"} if asynchronous else {}
         response = self._post(self._body(session, prompt, agent), headers)
-        if response.status_code == 202:
+        if response.status_code in (202, 504) and "request_id" in response.json():
+            # Queued (async), or not answered within the server's wait: poll until our timeout.
             response = self._poll(session, response.json()["request_id"])
         doc = response.json()
         if response.status_code == 200 and "result" in doc:
@@ -76,8 +77,13 @@ class ChatClient:
     def _poll(self, session: str, request_id: str) -> httpx.Response:
         deadline = time.monotonic() + self.timeout
         while True:
-            response = self._http.get(f"/api/v1/chat/{session}", params={"request_id": request_id})
-            if response.status_code != 404 or time.monotonic() > deadline:
+            try:
+                response = self._http.get(
+                    f"/api/v1/chat/{session}", params={"request_id": request_id}
+                )
+            except httpx.HTTPError as exc:
+                raise ChatError(f"cannot reach the server: {exc}") from exc
+            if response.status_code not in (404, 503) or time.monotonic() > deadline:
                 return response
             time.sleep(0.2)
 

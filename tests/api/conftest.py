@@ -15,12 +15,14 @@ from agentkernel import Agent, AgentRegistry, RetryableError
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.io_handler import IOHandler
 from agentkernel.pipeline.metrics import METRICS
+from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
 
 ATTEMPTS: dict[str, int] = {}
 
 
 async def echo(turn):  # type: ignore[no-untyped-def]
+    await asyncio.sleep(float(turn.extra.get("delay", 0)))
     turn.state.setdefault("prompts", []).append(turn.prompt)
     return f"{turn.prompt} #{len(turn.state['prompts'])}"
 
@@ -103,16 +105,20 @@ def start_server() -> Iterator[Callable[..., Server]]:
     METRICS.reset()
 
     def start(
-        transport: QueueTransport | None = None, mode: str | None = None, **api: Any
+        transport: QueueTransport | None = None,
+        mode: str | None = None,
+        store: ResponseStore | None = None,
+        **api: Any,
     ) -> Server:
         config = make_config(**api)
         if mode:
             config = config.model_copy(
                 update={"execution": config.execution.model_copy(update={"mode": mode})}
             )
-        server = Server(
-            IOHandler(config, registry=registry(), transport=transport, with_runner=True)
+        handler = IOHandler(
+            config, registry=registry(), transport=transport, store=store, with_runner=True
         )
+        server = Server(handler)
         servers.append(server)
         return server
 

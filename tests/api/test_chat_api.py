@@ -9,9 +9,12 @@ import httpx
 
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.response_store import ResponseRecord
+from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 
-from .conftest import ATTEMPTS, Server, poll
+from .conftest import ATTEMPTS, Server, make_config, poll, registry
 
 
 def chat(server: Server, session: str, prompt: str, **extra: object) -> httpx.Response:
@@ -158,13 +161,79 @@ class RefusingTransport(InMemoryTransport):
         return super().send(queue, message)
 
 
-def test_enqueue_failure_is_503(start_server) -> None:  # type: ignore[no-untyped-def]
+def test_enqueue_failure_is_503_with_the_request_id_to_resolve_it(start_server) -> None:  # type: ignore[no-untyped-def]
     server = start_server(transport=RefusingTransport())
     started = time.monotonic()
     response = chat(server, "s", "x")
     assert response.status_code == 503
-    assert response.json()["error"] == "QUEUE_UNAVAILABLE"
+    doc = response.json()
+    assert doc["error"] == "QUEUE_UNAVAILABLE"
+    assert response.headers["location"] == f"/api/v1/chat/s?request_id={doc['request_id']}"
+    assert response.headers["retry-after"] == "1"
     assert time.monotonic() - started < 2.0
+    # nothing reached the queue, and polling says so instead of hanging
+    assert server.client.get(response.headers["location"]).status_code == 404
+
+
+class AmbiguousTransport(InMemoryTransport):
+    """A broker that takes the first INPUT message but answers as if it failed (lost ack)."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.failed_once = False
+
+    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        message_id = super().send(queue, message)
+        if queue == QueueName.INPUT and not self.failed_once:
+            self.failed_once = True
+            raise TransportError("publish timed out")
+        return message_id
+
+
+def test_a_503_after_an_ambiguous_enqueue_can_be_polled(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(transport=AmbiguousTransport())
+    refused = chat(server, "amb", "hello")
+    assert refused.status_code == 503
+    ran = poll(server.client, "amb", refused.json()["request_id"])
+    assert (ran.status_code, ran.json()["result"]) == (200, "hello #1")
+    assert server.client.get(refused.headers["location"]).json() == ran.json()
+
+
+def test_a_retry_with_the_same_idempotency_key_never_runs_the_turn_twice(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(transport=AmbiguousTransport())
+    body = {"session_id": "idem-503", "prompt": "once", "delay": 0.5}
+    headers = {"Idempotency-Key": "k-503"}
+    refused = server.client.post("/api/v1/chat", json=body, headers=headers)
+    assert refused.status_code == 503
+    # retried while the first copy still runs: only the broker's dedup can stop a second run
+    retried = server.client.post("/api/v1/chat", json=body, headers=headers)
+    assert retried.status_code == 200, retried.text
+    assert retried.json()["request_id"] == refused.json()["request_id"]
+    assert retried.json()["result"] == "once #1"
+    # the broker dropped the retry's copy as a duplicate: the session saw the prompt once
+    assert chat(server, "idem-503", "next").json()["result"] == "next #2"
+
+
+def test_504_carries_the_location_to_poll(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(sync_timeout=0.2)
+    response = chat(server, "s 504", "x", agent="slow", seconds=0.6)
+    assert response.status_code == 504
+    assert poll(server.client, "s 504", response.json()["request_id"]).status_code == 200
+    assert server.client.get(response.headers["location"]).json()["result"] == "slept"
+
+
+class ExplodingStore(InMemoryResponseStore):
+    """A store with a bug: an exception nobody mapped."""
+
+    def get(self, request_id: str) -> ResponseRecord | None:
+        raise RuntimeError("bug")
+
+
+def test_an_unexpected_error_is_a_json_500(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(store=ExplodingStore())
+    response = server.client.get("/api/v1/chat/s", params={"request_id": "r"})
+    assert (response.status_code, response.json()["error"]) == (500, "INTERNAL_ERROR")
+    assert "Traceback" not in response.text and "bug" not in response.text
 
 
 def test_service_routes(server: Server) -> None:
@@ -184,3 +253,39 @@ def test_service_routes(server: Server) -> None:
     assert (
         "session_id" in post["requestBody"]["content"]["application/json"]["schema"]["properties"]
     )
+
+
+CLOSED: list[str] = []
+
+
+class ClosingTransport(InMemoryTransport):
+    def close(self) -> None:
+        CLOSED.append("transport")
+
+
+class ClosingStore(InMemoryResponseStore):
+    def close(self) -> None:
+        CLOSED.append("store")
+
+
+def test_the_clients_it_created_are_closed_in_order_after_the_drain() -> None:
+    CLOSED.clear()
+    config = make_config()
+    execution = config.execution.model_copy(
+        update={
+            "queues": config.execution.queues.model_copy(
+                update={"type": f"{__name__}.ClosingTransport"}
+            ),
+            "response_store": config.execution.response_store.model_copy(
+                update={"type": f"{__name__}.ClosingStore"}
+            ),
+        }
+    )
+    handler = IOHandler(
+        config.model_copy(update={"execution": execution}), registry=registry(), with_runner=True
+    )
+    server = Server(handler)
+    assert chat(server, "c", "hi").json()["result"] == "hi #1"
+    assert CLOSED == []
+    server.close()
+    assert CLOSED == ["transport", "store"]

@@ -2,18 +2,27 @@
 
 from __future__ import annotations
 
+import asyncio
+import socket
+import time
 import uuid
+from collections.abc import Callable
 
 import boto3
 import pytest
 
 from agentkernel.core.config import ResponseStoreConfig
-from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.response_store import ResponseStore, create_response_store
+from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
+from agentkernel.pipeline.response_store import (
+    ResponseRecord,
+    ResponseStore,
+    create_response_store,
+)
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.response_store.testing import ResponseStoreContract
+from tests import servers
 
 
 class TestInMemoryResponseStore(ResponseStoreContract):
@@ -68,3 +77,76 @@ def test_factory_rejects_unknown_types() -> None:
 def test_factory_builds_redis(redis_url: str) -> None:
     config = ResponseStoreConfig.model_validate({"type": "redis", "redis": {"url": redis_url}})
     assert isinstance(create_response_store(config), RedisResponseStore)
+
+
+# -- outages: every client exception is mapped, and an unreachable store fails fast -----------
+
+
+def closed_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def calls(store: ResponseStore) -> dict[str, Callable[[], object]]:
+    record = ResponseRecord(uuid.uuid4().hex, "s", 200, {"result": "x"})
+    return {
+        "put": lambda: store.put(record),
+        "get": lambda: store.get(record.request_id),
+        "ping": store.ping,
+        "wait": lambda: asyncio.run(store.wait(record.request_id, 5)),
+    }
+
+
+@pytest.mark.parametrize("operation", ["put", "get", "ping", "wait"])
+def test_unreachable_redis_is_store_unavailable_quickly(operation: str) -> None:
+    store = RedisResponseStore(f"redis://127.0.0.1:{closed_port()}/0")
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError) as caught:
+        calls(store)[operation]()
+    assert time.monotonic() - started < 2.0
+    assert caught.value.__cause__ is not None  # chained, not swallowed
+    store.close()
+
+
+def test_unreadable_redis_record_is_a_store_error(redis_url: str) -> None:
+    import redis
+
+    prefix = f"test:{uuid.uuid4().hex}:"
+    redis.Redis.from_url(redis_url).set(f"{prefix}resp:r1", b"\xff not json")
+    store = RedisResponseStore(redis_url, prefix=prefix)
+    with pytest.raises(ResponseStoreError) as caught:
+        store.get("r1")
+    assert not isinstance(caught.value, StoreUnavailableError)
+    store.close()
+
+
+def test_bad_redis_url_is_a_config_error() -> None:
+    with pytest.raises(AKConfigError, match=r"response_store\.redis\.url") as caught:
+        RedisResponseStore("http://user:secret@example.invalid/0")
+    assert "secret" not in str(caught.value)
+
+
+@pytest.mark.parametrize("operation", ["put", "get", "ping"])
+def test_unreachable_dynamodb_is_store_unavailable(
+    operation: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    for key, value in servers.aws_env("http://127.0.0.1:1").items():
+        monkeypatch.setenv(key, value)
+    store = DynamoDBResponseStore(
+        "replies", endpoint_url=f"http://127.0.0.1:{closed_port()}", region_name="eu-west-1"
+    )
+    started = time.monotonic()
+    with pytest.raises(StoreUnavailableError):
+        calls(store)[operation]()
+    assert time.monotonic() - started < 10.0
+    store.close()
+
+
+@pytest.mark.aws
+def test_missing_dynamodb_table_is_a_store_error_not_an_outage(aws: str) -> None:
+    store = DynamoDBResponseStore(f"missing-{uuid.uuid4().hex[:8]}")
+    with pytest.raises(ResponseStoreError) as caught:
+        store.ping()
+    assert not isinstance(caught.value, StoreUnavailableError)
+    store.close()

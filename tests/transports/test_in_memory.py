@@ -56,3 +56,32 @@ def test_message_sent_is_not_mutated_by_the_consumer() -> None:
     got = transport.create_consumer(QueueName.INPUT).fetch(1, 0.1)[0]
     got.attributes["k"] = "changed"
     assert original.attributes == {"k": "v"}
+
+
+def test_nack_later_redelivers_after_the_delay_and_spends_the_handle() -> None:
+    clock = ManualClock()
+    transport = InMemoryTransport(ack_wait=30, clock=clock)
+    transport.send(QueueName.INPUT, QueueMessage(body="b", group_id="g"))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    first = consumer.fetch(1, 0.05)[0]
+    assert consumer.nack_later(first, 5.0) is True
+    consumer.extend_lease(first)  # the old handle no longer moves the deadline
+    assert consumer.fetch(1, 0.05) == []
+    clock.advance(5.0)
+    again = consumer.fetch(1, 0.05)
+    assert [m.receive_count for m in again] == [2]
+    consumer.ack(first)  # stale: must not remove the redelivered copy
+    assert transport.in_flight(QueueName.INPUT) == 1
+
+
+def test_purge_returns_queued_and_in_flight_messages() -> None:
+    transport = InMemoryTransport()
+    for body in ("a", "b", "c"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    held = consumer.fetch(1, 0.05)[0]
+    assert (transport.depth(QueueName.INPUT), transport.in_flight(QueueName.INPUT)) == (2, 1)
+    assert sorted(m.body for m in transport.purge(QueueName.INPUT)) == ["a", "b", "c"]
+    consumer.ack(held)  # a late ack of a purged message is harmless
+    assert (transport.depth(QueueName.INPUT), transport.in_flight(QueueName.INPUT)) == (0, 0)
+    assert consumer.fetch(1, 0.05) == []

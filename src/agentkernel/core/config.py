@@ -287,6 +287,13 @@ class RunnerConfig(_Block):
         "turn that crashes the process (a poison turn) cannot use up the deliveries of turns "
         "that were only running beside it.",
     )
+    drain_timeout: float = Field(
+        20.0,
+        gt=0,
+        description="Seconds a stopping runner waits for its turns in flight (and, embedded, the "
+        "turns still queued) to finish. Turns still unfinished are logged by request id and "
+        "handed back to the broker for another runner.",
+    )
 
 
 class ExecutionConfig(_Block):
@@ -398,6 +405,19 @@ class ApiConfig(_Block):
     enqueue_timeout: float = Field(
         5.0, gt=0, description="Seconds an enqueue may take before the request fails with 503."
     )
+    body_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds a client may take to send a whole request body; a slower body is "
+        "answered 408 and the connection closed.",
+    )
+    shutdown_timeout: float = Field(
+        5.0,
+        ge=0,
+        description="Seconds a stopping IO process keeps waiting rest_sync requests open for "
+        "their replies (after an embedded runner has drained); the rest are answered 503 "
+        "SHUTTING_DOWN with the request_id and a Location to poll.",
+    )
     stream_heartbeat: float = Field(
         15.0,
         gt=0,
@@ -502,7 +522,9 @@ class AKConfig(BaseSettings):
         explicit = path or os.environ.get(CONFIG_PATH_ENV)
         yaml_path = Path(explicit or DEFAULT_CONFIG_PATH)
         if explicit and not yaml_path.is_file():
-            raise AKConfigError(f"{CONFIG_PATH_ENV}: config file '{yaml_path}' does not exist")
+            raise AKConfigError(
+                f"config file '{yaml_path}' does not exist (named by --config or {CONFIG_PATH_ENV})"
+            )
         cls._yaml_path = yaml_path if yaml_path.is_file() else None
         try:
             return cls()

@@ -8,6 +8,7 @@
      +-- ResponseStoreError       the response or session store failed
      |    +-- SessionStoreError         the session store failed
      |         +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
+     |    +-- StoreUnavailableError     the store could not be reached; retry later
      +-- AgentNotFoundError       no agent with the requested name is registered
      +-- RetryableError           raised by an agent: run this turn again later
 
@@ -60,3 +61,7 @@ class RetryableError(AgentKernelError):
     Any other exception an agent raises ends the turn with an error reply (status 500) and is
     not retried: retrying a deterministic failure only burns model tokens.
     """
+
+
+class StoreUnavailableError(ResponseStoreError):
+    """The response store could not be reached or did not answer in time; worth retrying."""

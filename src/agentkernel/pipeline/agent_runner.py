@@ -134,10 +134,12 @@ class AgentRunner(QueueConsumer):
         queues = AKConfig.get().execution.queues
         runner = cls(QueueTransportFactory.create(queues))
         ThreadRunner.install_signal_handlers()
-        runner.consumer_loop().run()
+        runner.consumer_loop().run(close=[runner.transport.close])
 
-    def consumer_loop(self, exit_on_shutdown: bool = True) -> ConsumerLoop:
-        """The :class:`ConsumerLoop` that drives this runner."""
+    def consumer_loop(
+        self, exit_on_shutdown: bool = True, stop_on_shutdown: bool = True
+    ) -> ConsumerLoop:
+        """The :class:`ConsumerLoop` that drives this runner (see :class:`ConsumerLoop`)."""
         settings = self.queues.input
         self.transport.check_consumer_capacity(QueueName.INPUT, settings.no_of_consumers)
         return ConsumerLoop(
@@ -153,6 +155,8 @@ class AgentRunner(QueueConsumer):
             stall_warning=self.runner.stall_warning,
             queue=QueueName.INPUT,
             exit_on_shutdown=exit_on_shutdown,
+            stop_on_shutdown=stop_on_shutdown,
+            drain_timeout=self.runner.drain_timeout,
         )
 
     # -- one turn ----------------------------------------------------------------------------

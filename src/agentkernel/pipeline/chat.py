@@ -11,11 +11,18 @@ import hmac
 import json
 import re
 import uuid
-from typing import Any
+from typing import Annotated, Any
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 _IDEMPOTENCY_NS = uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10")
+
+
+def _path_segment(session_id: str) -> str:
+    """A session id is one segment of ``GET /api/v1/chat/{session_id}``: it must stay one."""
+    if "/" in session_id or session_id in (".", ".."):
+        raise ValueError("must not contain '/' or be '.' or '..' (it is a URL path segment)")
+    return session_id
 
 
 class ChatRequest(BaseModel):
@@ -23,11 +30,12 @@ class ChatRequest(BaseModel):
 
     model_config = ConfigDict(extra="allow")
 
-    session_id: str = Field(
+    session_id: Annotated[str, AfterValidator(_path_segment)] = Field(
         min_length=1,
         max_length=256,
         pattern=r"^[^\x00-\x1f\x7f]+$",
-        description="Conversation id; turns of one session run one at a time, in order.",
+        description="Conversation id; turns of one session run one at a time, in order. "
+        "No control characters and no '/', since it is a segment of the polling URL.",
     )
     prompt: str = Field(min_length=1, description="The user's message.")
     agent: str | None = Field(
@@ -41,12 +49,23 @@ class ChatRequest(BaseModel):
 
 
 class HTTPError(Exception):
-    """An error answer: status plus a JSON document with ``error`` and ``message``."""
+    """An error answer: status plus a JSON document with ``error`` and ``message``.
 
-    def __init__(self, status: int, code: str, message: str, **extra: Any) -> None:
+    ``headers`` are sent with it (``Location``, ``Retry-After``, ``Connection``).
+    """
+
+    def __init__(
+        self,
+        status: int,
+        code: str,
+        message: str,
+        headers: dict[str, str] | None = None,
+        **extra: Any,
+    ) -> None:
         super().__init__(message)
         self.status = status
         self.doc = {"error": code, "message": message, **extra}
+        self.headers = headers or {}
 
 
 def parse_chat(raw: bytes) -> ChatRequest:

@@ -8,6 +8,12 @@ running at once on a private event loop, whatever the number of consumer threads
 order still holds because the transport releases a group only when its message is acknowledged.
 A fetch may return several messages of one group (SQS FIFO batches do); the loop then handles
 each only after the previous one of its group has been settled.
+
+Failures cost little: a failed message is handed back after a delay that doubles with each
+delivery (see :mod:`agentkernel.pipeline.redelivery`), repeated failures are logged once per
+interval with a count, and a consumer that cannot be created is created again with back-off.
+Every shutdown wait is bounded by ``drain_timeout``; what is still unfinished then is logged by
+request id and handed back to the broker.
 """
 
 from __future__ import annotations
@@ -17,17 +23,26 @@ import functools
 import inspect
 import logging
 import threading
+import time
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from agentkernel.core.errors import AKConfigError
+from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.blocking import call
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from agentkernel.pipeline.event_loop import LoopThread
 from agentkernel.pipeline.lease import LeaseKeeper
 from agentkernel.pipeline.metrics import METRICS
-from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.redelivery import (
+    MAX_RETRY_BACKOFF_SECONDS,
+    RETRY_BACKOFF_SECONDS,
+    STOP_CHECK_SECONDS,
+    Redelivery,
+)
+from agentkernel.pipeline.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 logger = logging.getLogger(__name__)
@@ -35,6 +50,10 @@ logger = logging.getLogger(__name__)
 Handler = Callable[[QueueMessage], Any] | Callable[[QueueMessage], Awaitable[Any]]
 
 POLL_ERROR_BACKOFF_SECONDS = 5.0
+#: First wait before creating a consumer again after creating it failed; doubles, capped.
+CONSUMER_RETRY_SECONDS = 1.0
+MAX_CONSUMER_RETRY_SECONDS = 30.0
+DRAIN_TIMEOUT_SECONDS = 20.0
 
 
 def is_async_callable(fn: Callable[..., Any]) -> bool:
@@ -73,21 +92,40 @@ class _Tracker:
     """Messages a consumer thread has handed out and not yet settled."""
 
     def __init__(self) -> None:
-        self._count = 0
+        self._messages: dict[int, QueueMessage] = {}
+        self._futures: dict[int, Future[None]] = {}  # async handling of a message
         self._cond = threading.Condition()
 
-    def add(self) -> None:
+    def add(self, message: QueueMessage) -> None:
         with self._cond:
-            self._count += 1
+            self._messages[id(message)] = message
 
-    def done(self) -> None:
+    def attach(self, message: QueueMessage, future: Future[None]) -> None:
         with self._cond:
-            self._count -= 1
+            if id(message) in self._messages:
+                self._futures[id(message)] = future
+
+    def done(self, message: QueueMessage) -> None:
+        with self._cond:
+            self._messages.pop(id(message), None)
+            self._futures.pop(id(message), None)
             self._cond.notify_all()
 
-    def wait_idle(self) -> None:
+    def cancel(self, message: QueueMessage) -> None:
+        """Cancel the async handling of ``message``, if any."""
         with self._cond:
-            self._cond.wait_for(lambda: self._count == 0)
+            future = self._futures.get(id(message))
+        if future is not None:
+            future.cancel()
+
+    def wait_idle(self, timeout: float) -> bool:
+        """Wait up to ``timeout`` seconds for every message to be settled; ``False`` if not."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not self._messages, timeout)
+
+    def pending(self) -> list[QueueMessage]:
+        with self._cond:
+            return list(self._messages.values())
 
 
 class _Isolation:
@@ -178,6 +216,10 @@ class ConsumerLoop:
         exit_on_shutdown: passed to :meth:`ThreadRunner.run` by :meth:`run`.
         stop_on_shutdown: stop when :attr:`ThreadRunner.shutdown_event` is set; ``False`` leaves
             stopping to :meth:`stop` (a loop that must drain after another one).
+        drain_timeout: seconds a stopping thread waits for its messages in flight; what is
+            still unfinished then is logged and handed back (nacked).
+        retry_backoff: seconds before a failed message's first redelivery; the delay doubles
+            with each delivery up to ``max_retry_backoff`` seconds.
     """
 
     def __init__(
@@ -197,9 +239,14 @@ class ConsumerLoop:
         stall_warning: float | None = None,
         exit_on_shutdown: bool = True,
         stop_on_shutdown: bool = True,
+        drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
+        retry_backoff: float = RETRY_BACKOFF_SECONDS,
+        max_retry_backoff: float = MAX_RETRY_BACKOFF_SECONDS,
     ) -> None:
         if num_consumers < 1 or batch_size < 1 or max_in_flight < 1:
             raise ValueError("num_consumers, batch_size and max_in_flight must be at least 1")
+        if drain_timeout < 0:
+            raise ValueError("drain_timeout must not be negative")
         self._process = process
         self._on_permanent_failure = on_permanent_failure
         self._consumer_factory = consumer_factory
@@ -223,6 +270,19 @@ class ConsumerLoop:
         self._tails: dict[str, Future[None]] = {}  # last message handed out per group
         self._error_backoff = POLL_ERROR_BACKOFF_SECONDS
         self._isolation = _Isolation() if isolate_last_attempt and self._async else None
+        self._consumer_retry = CONSUMER_RETRY_SECONDS
+        self._drain_timeout = drain_timeout
+        self._fetching = 0  # threads still in their fetch loop
+        self._fetching_done = threading.Condition()
+        self._log = RateLimitedLog(logger)
+        self._redelivery = Redelivery(
+            self._queue,
+            base=retry_backoff,
+            cap=max_retry_backoff,
+            stopping=self.stopping,
+            release=self._untrack,
+            log=self._log,
+        )
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -238,12 +298,38 @@ class ConsumerLoop:
             for i in range(self._num_consumers)
         ]
 
-    def run(self) -> None:
-        """Run the consumer threads until shutdown; blocks."""
-        ThreadRunner.run(self.tasks(), exit_on_shutdown=self._exit_on_shutdown)
+    def run(self, close: Iterable[Callable[[], None]] = ()) -> None:
+        """Run the consumer threads until shutdown, then release clients; blocks.
 
-    def stop(self) -> None:
-        """Stop this loop only (finish in-flight work, then return from :meth:`run`)."""
+        Args:
+            close: ``close`` callables of the clients this loop used (transport, stores),
+                called in order once the threads have drained, before the process exits.
+        """
+        ThreadRunner.run(
+            self.tasks(), exit_on_shutdown=False, shutdown_timeout=self.shutdown_timeout
+        )
+        close_in_order(close)
+        if self._exit_on_shutdown:
+            ThreadRunner.exit_if_shutting_down()
+
+    @property
+    def shutdown_timeout(self) -> float:
+        """Seconds after which a stopping loop is given up on.
+
+        The drain, plus one fetch wait (a thread in a long poll finishes it before it stops),
+        plus a margin for closing consumers.
+        """
+        return self._drain_timeout + self._wait_seconds + STOP_CHECK_SECONDS + 5.0
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop this loop only (finish in-flight work, then return from :meth:`run`).
+
+        Args:
+            drain_timeout: seconds to wait for the work in flight, instead of the loop's own
+                ``drain_timeout`` (a caller whose shutdown budget is partly spent).
+        """
+        if drain_timeout is not None:
+            self._drain_timeout = max(drain_timeout, 0.0)
         self._stop.set()
 
     def stopping(self) -> bool:
@@ -253,7 +339,11 @@ class ConsumerLoop:
         return self._stop_on_shutdown and ThreadRunner.shutdown_event.is_set()
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
-        """Wait until every consumer thread of this loop has finished."""
+        """Wait up to ``timeout`` seconds until every consumer thread of this loop has finished.
+
+        Returns:
+            ``False`` when threads were still running at the timeout.
+        """
         return self._idle.wait(timeout)
 
     # -- one consumer thread ---------------------------------------------------------------
@@ -263,16 +353,90 @@ class ConsumerLoop:
         with self._running_lock:
             self._running += 1
             self._idle.clear()
-        consumer = self._consumer_factory()
-        tracker = _Tracker()
+        consumer: TransportConsumer | None = None
+        try:
+            consumer = self._open_consumer()
+            if consumer is not None:
+                tracker = _Tracker()
+                self._fetch_until_stopped(consumer, tracker)
+                self._drain(consumer, tracker)
+        finally:
+            if consumer is not None:
+                self._close(consumer)
+            self._thread_finished()
+
+    def _fetch_until_stopped(self, consumer: TransportConsumer, tracker: _Tracker) -> None:
         wait = min(self._wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
+        with self._fetching_done:
+            self._fetching += 1
         try:
             while not self.stopping():
                 self._fetch_and_dispatch(consumer, tracker, wait)
-            tracker.wait_idle()
         finally:
+            with self._fetching_done:
+                self._fetching -= 1
+                self._fetching_done.notify_all()
+
+    def _open_consumer(self) -> TransportConsumer | None:
+        """This thread's consumer, created again with back-off until it works or we stop.
+
+        A configuration error (a missing stream, a bad setting) does not heal by waiting, so
+        it is raised; ``None`` means the loop was stopped before a consumer could be made.
+        """
+        delay = self._consumer_retry
+        while not self.stopping():
+            try:
+                return self._consumer_factory()
+            except AKConfigError:
+                raise
+            except Exception as exc:
+                self._log.log(
+                    logging.WARNING,
+                    f"{self._queue}:consumer:{type(exc).__name__}",
+                    "creating a consumer of %s failed (%r); retrying in %.1fs",
+                    self._queue,
+                    exc,
+                    delay,
+                )
+                self._sleep(delay)
+                delay = min(delay * 2, MAX_CONSUMER_RETRY_SECONDS)
+        return None
+
+    def _drain(self, consumer: TransportConsumer, tracker: _Tracker) -> None:
+        """Wait (bounded) for the messages in hand; hand back what is still unfinished.
+
+        Nothing is handed back before every thread of the loop has stopped fetching: a sibling
+        still fetching would take the message again, and each bounce costs a delivery.
+        """
+        if tracker.wait_idle(self._drain_timeout):
+            return
+        with self._fetching_done:
+            self._fetching_done.wait_for(
+                lambda: self._fetching == 0, self._wait_seconds + STOP_CHECK_SECONDS
+            )
+        for message in tracker.pending():
+            logger.warning(
+                "drain of %s timed out after %.1fs: message %s (request %s) is handed back",
+                self._queue,
+                self._drain_timeout,
+                message.message_id,
+                message.attributes.get(ATTR_REQUEST_ID, "-"),
+            )
+            self._untrack(message)
+            self._redelivery.nack(consumer, message)
+            tracker.cancel(message)  # its result would no longer count
+
+    def _close(self, consumer: TransportConsumer) -> None:
+        try:
             consumer.close()
-            self._thread_finished()
+        except Exception:
+            logger.warning("closing a consumer of %s failed", self._queue, exc_info=True)
+
+    def _sleep(self, seconds: float) -> None:
+        """Sleep up to ``seconds``, waking early when the loop stops."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping() and (left := deadline - time.monotonic()) > 0:
+            self._stop.wait(min(left, STOP_CHECK_SECONDS))
 
     def _fetch_and_dispatch(
         self, consumer: TransportConsumer, tracker: _Tracker, wait: float
@@ -284,25 +448,40 @@ class ConsumerLoop:
             return
         try:
             messages = consumer.fetch(room, wait)
-        except Exception:
+        except Exception as exc:
             self._slots.give(room)
-            logger.exception(
-                "fetch from %s failed; retrying in %ss", self._queue, self._error_backoff
+            self._log.log(
+                logging.ERROR,
+                f"{self._queue}:fetch:{type(exc).__name__}",
+                "fetch from %s failed; retrying in %ss",
+                self._queue,
+                self._error_backoff,
+                exc_info=True,
             )
-            self._stop.wait(self._error_backoff)
+            self._sleep(self._error_backoff)
             return
         self._slots.give(room - len(messages))
         for message in messages:
-            tracker.add()
+            tracker.add(message)
             if self._isolation is not None and self._suspect(message):
                 self._isolation.admit()
             if self._loop is not None:
                 self._submit(consumer, message, tracker)
             else:
-                try:
-                    self._handle(consumer, message)
-                finally:
-                    self._settled(tracker)
+                self._handle_inline(consumer, message, tracker)
+
+    def _handle_inline(
+        self, consumer: TransportConsumer, message: QueueMessage, tracker: _Tracker
+    ) -> None:
+        held: Future[None] | None = None
+        try:
+            held = self._handle(consumer, message)
+        finally:
+            self._slots.give()
+            if held is None:
+                tracker.done(message)
+            else:  # a failed message waiting out its retry delay off this thread
+                held.add_done_callback(lambda _: tracker.done(message))
 
     def _submit(
         self, consumer: TransportConsumer, message: QueueMessage, tracker: _Tracker
@@ -315,18 +494,21 @@ class ConsumerLoop:
             )
             if group is not None:
                 self._tails[group] = future
-        future.add_done_callback(lambda f: self._finished(tracker, group, f))
+        tracker.attach(message, future)
+        future.add_done_callback(lambda f: self._finished(tracker, message, f))
 
-    def _finished(self, tracker: _Tracker, group: str | None, future: Future[None]) -> None:
+    def _finished(self, tracker: _Tracker, message: QueueMessage, future: Future[None]) -> None:
+        group = message.group_id
         if group is not None:
             with self._running_lock:
                 if self._tails.get(group) is future:
                     del self._tails[group]
-        self._settled(tracker)
+        self._settled(tracker, message)
 
-    def _settled(self, tracker: _Tracker) -> None:
+    def _settled(self, tracker: _Tracker, message: QueueMessage) -> None:
+        """An async message is done: free its in-flight place."""
         self._slots.give()
-        tracker.done()
+        tracker.done(message)
 
     def _thread_finished(self) -> None:
         with self._running_lock:
@@ -337,6 +519,8 @@ class ConsumerLoop:
                 self._leases.stop()
             if self._loop is not None:
                 self._loop.stop()
+            self._redelivery.stop()
+            self._log.flush()
             self._idle.set()
 
     # -- one message -------------------------------------------------------------------------
@@ -365,7 +549,8 @@ class ConsumerLoop:
         if message.receive_count > self._max_receive_count:
             METRICS.inc("agentkernel_permanent_failures_total", queue=self._queue)
 
-    def _handle(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+    def _handle(self, consumer: TransportConsumer, message: QueueMessage) -> Future[None] | None:
+        """Handle one message on this thread; returns the pending hand-back of a failure."""
         self._count(message)
         self._track(consumer, message)
         try:
@@ -377,10 +562,10 @@ class ConsumerLoop:
                 self._process(message)
                 self._untrack(message)
                 consumer.ack(message)
-        except Exception:
-            self._untrack(message)
-            self._log_failure(message)
-            self._safe_nack(consumer, message)
+        except Exception as exc:
+            self._log_failure(message, exc)
+            return self._redelivery.give_back(consumer, message)
+        return None
 
     async def _handle_async(
         self, consumer: TransportConsumer, message: QueueMessage, after: Future[None] | None
@@ -398,10 +583,9 @@ class ConsumerLoop:
                 await self._isolated(self._process, message)
                 self._untrack(message)
                 await call(consumer.nonblocking, consumer.ack, message)
-        except Exception:
-            self._untrack(message)
-            self._log_failure(message)
-            await call(consumer.nonblocking, self._safe_nack, consumer, message)
+        except Exception as exc:
+            self._log_failure(message, exc)
+            await self._redelivery.give_back_async(consumer, message)
 
     @staticmethod
     def _call(fn: Handler, message: QueueMessage) -> None:
@@ -424,20 +608,18 @@ class ConsumerLoop:
         if self._leases is not None:
             self._leases.untrack(message)
 
-    def _log_failure(self, message: QueueMessage) -> None:
-        logger.warning(
-            "message %s on %s (delivery %s) failed; leaving it for redelivery",
+    def _log_failure(self, message: QueueMessage, exc: Exception) -> None:
+        self._log.log(
+            logging.WARNING,
+            f"{self._queue}:{type(exc).__name__}",
+            "message %s on %s (request %s, delivery %s) failed; it is delivered again in %.1fs",
             message.message_id,
             self._queue,
+            message.attributes.get(ATTR_REQUEST_ID, "-"),
             message.receive_count,
+            self._redelivery.delay(message),
             exc_info=True,
         )
-
-    def _safe_nack(self, consumer: TransportConsumer, message: QueueMessage) -> None:
-        try:
-            consumer.nack(message)
-        except Exception:
-            logger.exception("nack of %s on %s failed", message.message_id, self._queue)
 
 
 async def _await(awaitable: Awaitable[Any]) -> Any:

@@ -1,9 +1,18 @@
 """The IO process: REST API thread plus OUTPUT consumer threads, and, when embedded, the runner.
 
-Shutdown (SIGTERM/SIGINT) is ordered so nothing in hand is lost: new chat requests are refused
-with 503, the Agent Runner finishes its in-flight turns, the response handler drains the replies
-they produced, the HTTP server finishes the responses it is writing (at most
-``HTTP_DRAIN_SECONDS``), and the process exits 0.
+Shutdown (SIGTERM/SIGINT) is ordered so nothing in hand is lost and every wait is bounded:
+
+1. new chat requests are refused with 503 ``SHUTTING_DOWN``;
+2. an embedded runner on the in-memory transport runs the turns already accepted, queued ones
+   included, for up to ``execution.runner.drain_timeout`` seconds (nothing outlives the process:
+   a turn that could not run is logged by request id and its caller answered 503); a runner on a
+   broker finishes its turns in flight and leaves the queued ones to the broker;
+3. the response handler keeps storing replies while ``rest_sync`` requests still wait, for up to
+   ``api.shutdown_timeout`` seconds; the requests still waiting then are answered 503 with their
+   ``request_id`` and a ``Location`` to poll, never a dropped connection;
+4. the response handler stops, the HTTP server finishes the responses it is writing (at most
+   ``HTTP_DRAIN_SECONDS``) and stops, the clients this handler created are closed (transport,
+   then response store), and the process exits 0.
 """
 
 from __future__ import annotations
@@ -11,25 +20,33 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Callable
 
 import uvicorn
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.pipeline.agent_runner import AgentRunner, error_doc
 from agentkernel.pipeline.consumer import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
-from agentkernel.pipeline.response_store import ResponseStore, create_response_store
-from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.response_store import (
+    ResponseRecord,
+    ResponseStore,
+    create_response_store,
+)
+from agentkernel.pipeline.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 
 logger = logging.getLogger(__name__)
 
 OUTPUT_DRAIN_SECONDS = 2.0
 HTTP_DRAIN_SECONDS = 5.0
+#: Margin for each bounded step beyond its own budget (thread joins, the last poll).
+_STEP_MARGIN_SECONDS = 2.0
 
 
 class IOHandler:
@@ -55,17 +72,27 @@ class IOHandler:
     ) -> None:
         self.config = config if config is not None else AKConfig.get()
         execution = self.config.execution
-        self.transport = (
-            transport if transport is not None else QueueTransportFactory.create(execution.queues)
-        )
-        self.store = store if store is not None else create_response_store(execution.response_store)
+        self._owned: list[Callable[[], None]] = []  # close() of the clients created here
+        if transport is None:
+            transport = QueueTransportFactory.create(execution.queues)
+            self._owned.append(transport.close)
+        if store is None:
+            store = create_response_store(execution.response_store)
+            self._owned.append(store.close)
+        self.transport, self.store = transport, store
         self.registry = registry if registry is not None else AgentRegistry.default()
         if with_runner is None:
             with_runner = execution.queues.type == "in_memory"
         self.api = RequestHandler(self.transport, self.store, self.config, self.registry)
         self.output_loop = ResponseHandler(
             self.transport, self.store, execution.queues
-        ).consumer_loop(exit_on_shutdown=False, stop_on_shutdown=False)
+        ).consumer_loop(
+            exit_on_shutdown=False,
+            stop_on_shutdown=False,
+            drain_timeout=OUTPUT_DRAIN_SECONDS,
+        )
+        #: Queued turns live only in this process: run them before exiting.
+        self._local_queue = isinstance(self.transport, InMemoryTransport)
         self.runner_loop: ConsumerLoop | None = None
         if with_runner:
             runner = AgentRunner(
@@ -74,7 +101,9 @@ class IOHandler:
                 queues=execution.queues,
                 runner=execution.runner,
             )
-            self.runner_loop = runner.consumer_loop(exit_on_shutdown=False)
+            self.runner_loop = runner.consumer_loop(
+                exit_on_shutdown=False, stop_on_shutdown=not self._local_queue
+            )
         self.server = uvicorn.Server(
             uvicorn.Config(
                 self.api.build_app(),
@@ -87,6 +116,7 @@ class IOHandler:
             )
         )
         self._stopped = threading.Event()
+        self._http_done = threading.Event()
         METRICS.add_collector(self._sample_depth)
 
     @classmethod
@@ -102,15 +132,31 @@ class IOHandler:
             logger.warning("the embedded runner has no agents; every turn will be answered 404")
         tasks = [
             ThreadRunner.Task(
-                self.server.run, "rest-api", stop_all_on_failure=True, awaited_on_shutdown=False
+                self._serve_http, "rest-api", stop_all_on_failure=True, awaited_on_shutdown=False
             ),
             ThreadRunner.Task(self._sequence_shutdown, "shutdown-sequencer"),
             *self.output_loop.tasks(),
         ]
         if self.runner_loop is not None:
             tasks += self.runner_loop.tasks()
-        ThreadRunner.run(tasks, exit_on_shutdown=exit_on_shutdown)
+        ThreadRunner.run(
+            tasks, exit_on_shutdown=exit_on_shutdown, shutdown_timeout=self.shutdown_budget
+        )
         self.server.should_exit = True
+
+    @property
+    def shutdown_budget(self) -> float:
+        """Longest time from SIGTERM to exit, in seconds: the sum of every step's bound."""
+        runner = self.config.execution.runner.drain_timeout if self.runner_loop else 0.0
+        steps = [runner, OUTPUT_DRAIN_SECONDS, self.config.api.shutdown_timeout]
+        steps += [OUTPUT_DRAIN_SECONDS, HTTP_DRAIN_SECONDS, HTTP_DRAIN_SECONDS]
+        return sum(steps) + len(steps) * _STEP_MARGIN_SECONDS
+
+    def _serve_http(self) -> None:
+        try:
+            self.server.run()
+        finally:
+            self._http_done.set()
 
     def stop(self) -> None:
         """Stop this handler without touching the process-wide shutdown state (tests)."""
@@ -126,32 +172,82 @@ class IOHandler:
         return int(self.server.servers[0].sockets[0].getsockname()[1])
 
     def _sequence_shutdown(self) -> None:
-        """On shutdown: runner first, then the replies it produced, then the API."""
+        """On shutdown: runner first, then the replies it produced, then the API, then clients."""
         while not (ThreadRunner.shutdown_event.is_set() or self._stopped.is_set()):
             self._stopped.wait(0.2)
+        logger.info("shutting down: draining turns and replies")
         if self.runner_loop is not None:
-            self.runner_loop.stop()
-            self.runner_loop.wait_stopped()
-        self._drain_output()
+            self._drain_runner(self.runner_loop)
+        self._drain_local(QueueName.OUTPUT, OUTPUT_DRAIN_SECONDS)
+        _wait_until(lambda: not self.api.waiting(), self.config.api.shutdown_timeout)
+        if self.api.waiting():
+            logger.warning(
+                "answering %s waiting requests 503 with their request id", self.api.waiting()
+            )
+        self.api.release_waiters()
         self.output_loop.stop()
-        self.output_loop.wait_stopped()
-        self._drain_http()
+        if not self.output_loop.wait_stopped(OUTPUT_DRAIN_SECONDS + _STEP_MARGIN_SECONDS):
+            logger.error("the response handler did not stop in time")
+        _wait_until(lambda: not self.server.server_state.tasks, HTTP_DRAIN_SECONDS)
         self.server.should_exit = True
+        if not self._http_done.wait(HTTP_DRAIN_SECONDS + _STEP_MARGIN_SECONDS):
+            logger.error("the HTTP server did not stop in time")
+        close_in_order(self._owned)
 
-    def _drain_http(self) -> None:
-        """Let requests still being answered (replies just stored) reach their clients."""
-        deadline = time.monotonic() + HTTP_DRAIN_SECONDS
-        while self.server.server_state.tasks and time.monotonic() < deadline:
-            time.sleep(0.02)
+    def _drain_runner(self, loop: ConsumerLoop) -> None:
+        """Stop the embedded runner within ``execution.runner.drain_timeout``.
 
-    def _drain_output(self) -> None:
-        depth = getattr(self.transport, "depth", None)
-        deadline = time.monotonic() + OUTPUT_DRAIN_SECONDS
-        while depth is not None and depth(QueueName.OUTPUT) and time.monotonic() < deadline:
-            time.sleep(0.02)
+        On the in-memory transport the queued turns die with the process, so they are run
+        first; a turn that cannot run in time is logged and its caller answered 503.
+        """
+        budget = self.config.execution.runner.drain_timeout
+        deadline = time.monotonic() + budget
+        if self._local_queue:
+            self._drain_local(QueueName.INPUT, budget)
+        loop.stop(drain_timeout=max(deadline - time.monotonic(), 0.0))
+        if not loop.wait_stopped(budget + _STEP_MARGIN_SECONDS):
+            logger.error("the embedded runner did not stop in time")
+        if isinstance(self.transport, InMemoryTransport):
+            for message in self.transport.purge(QueueName.INPUT):
+                self._abandon(message)
+
+    def _drain_local(self, queue: QueueName, seconds: float) -> None:
+        """Wait up to ``seconds`` until an in-memory queue has nothing queued or in flight."""
+        if isinstance(self.transport, InMemoryTransport):
+            transport = self.transport
+            _wait_until(lambda: not (transport.depth(queue) or transport.in_flight(queue)), seconds)
+
+    def _abandon(self, message: QueueMessage) -> None:
+        """A turn the embedded runner could not run before exit: log it, answer its caller."""
+        request_id = message.attributes.get(ATTR_REQUEST_ID, "")
+        session_id = message.group_id or ""
+        logger.error(
+            "turn %s of session %s was not run before shutdown (delivery %s); it is lost",
+            request_id or message.message_id,
+            session_id,
+            message.receive_count,
+        )
+        if not request_id:
+            return
+        text = "the server stopped before this turn could run; send it again"
+        doc = error_doc("SHUTTING_DOWN", text, session_id, request_id)
+        try:
+            self.store.put(ResponseRecord(request_id, session_id, 503, doc))
+        except Exception:
+            logger.warning("could not store the 503 of request %s", request_id, exc_info=True)
 
     def _sample_depth(self) -> None:
         depth = getattr(self.transport, "depth", None)
         if depth is not None:
             for queue in QueueName:
                 METRICS.set("agentkernel_queue_depth", depth(queue), queue=str(queue))
+
+
+def _wait_until(done: Callable[[], bool], seconds: float) -> bool:
+    """Poll ``done`` until it is true or ``seconds`` have passed; returns its last value."""
+    deadline = time.monotonic() + seconds
+    while not done():
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.02)
+    return True

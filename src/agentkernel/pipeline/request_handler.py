@@ -4,6 +4,12 @@
 (``rest_sync``) or answers 202 at once (``rest_async``, or ``Prefer: respond-async``).
 ``GET /api/v1/chat/{session_id}?request_id=...`` reads a reply as often as needed until its TTL
 ends. Bad input is answered with a 4xx JSON error and never enqueued.
+
+Every answer to a POST that may have enqueued its turn (200, 202, 503 after a failed or timed-out
+send, 503 for a store outage or a shutdown, 504) carries the turn's ``request_id`` and a
+``Location`` to poll, so the client can always find out what became of it. A request id derived
+from ``Idempotency-Key`` is also the broker's dedup id: a retry with the same key never runs the
+turn twice.
 """
 
 from __future__ import annotations
@@ -12,6 +18,7 @@ import asyncio
 import logging
 import re
 import secrets
+import threading
 from typing import Any
 from urllib.parse import quote
 
@@ -20,7 +27,8 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
-from agentkernel.core.errors import MessageRejectedError
+from agentkernel.core.errors import MessageRejectedError, ResponseStoreError, StoreUnavailableError
+from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.chat import (
     ChatRequest,
@@ -49,6 +57,34 @@ logger = logging.getLogger(__name__)
 
 CHAT_PATH = "/api/v1/chat"
 _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
+#: Seconds a client is told to wait before retrying a 503.
+RETRY_AFTER_SECONDS = 1
+
+
+class _Turn:
+    """What a POST knows about the turn it enqueued: enough for the client to find it again."""
+
+    def __init__(self, session_id: str, request_id: str) -> None:
+        self.session_id = session_id
+        self.request_id = request_id
+
+    @property
+    def location(self) -> str:
+        return poll_location(self.session_id, self.request_id)
+
+    def error(self, status: int, code: str, message: str) -> HTTPError:
+        """An error answer that says where to poll for this turn's reply."""
+        headers = {"Location": self.location}
+        if status == 503:
+            headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
+        return HTTPError(
+            status,
+            code,
+            message,
+            headers,
+            request_id=self.request_id,
+            session_id=self.session_id,
+        )
 
 
 class RequestHandler:
@@ -73,11 +109,35 @@ class RequestHandler:
         self.store = store
         self.config = config if config is not None else AKConfig.get()
         self.registry = registry if registry is not None else AgentRegistry.default()
+        self._log = RateLimitedLog(logger)
+        self._waiters: dict[asyncio.Future[None], asyncio.AbstractEventLoop] = {}
+        self._waiters_lock = threading.Lock()
+        self._released = False
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def waiting(self) -> int:
+        """How many ``rest_sync`` requests are waiting for their reply right now."""
+        with self._waiters_lock:
+            return len(self._waiters)
+
+    def release_waiters(self) -> None:
+        """Answer every waiting ``rest_sync`` request (and later ones) with 503 at once.
+
+        Called from any thread by a process that is shutting down: each caller gets its
+        ``request_id`` and a ``Location`` to poll instead of a dropped connection.
+        """
+        with self._waiters_lock:
+            self._released = True
+            waiters = list(self._waiters.items())
+        for future, loop in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
 
     def build_app(self) -> FastAPI:
         """The application with every route of the HTTP API."""
         app = FastAPI(title="agentkernel", version="1", docs_url="/docs", redoc_url=None)
         app.add_exception_handler(HTTPError, _http_error)  # type: ignore[arg-type]
+        app.add_exception_handler(Exception, _internal_error)
         if self.config.api.auth.enabled:
             app.add_middleware(AuthMiddleware, authenticator=Authenticator(self.config.api.auth))
         app.post(CHAT_PATH, status_code=200, responses=_POST_RESPONSES, openapi_extra=_POST_BODY)(
@@ -107,28 +167,69 @@ class RequestHandler:
         streaming = sse.wants_stream(request.headers.get("accept", ""))
         chat.stream = chat.stream or streaming
         request_id, fresh = self._request_id(request, chat.session_id)
+        turn = _Turn(chat.session_id, request_id)
         if streaming:
-            if fresh or not await asyncio.to_thread(self.store.get, request_id):
-                await self._enqueue(chat, request_id, _traceparent(request))
+            if fresh or not await self._read(turn):
+                await self._enqueue(chat, turn, _traceparent(request))
             return self._stream(request_id, chat.session_id)
-        if not fresh and (known := await asyncio.to_thread(self.store.get, request_id)):
+        if not fresh and (known := await self._read(turn)):
             return _record_response(known, chat.session_id)
-        await self._enqueue(chat, request_id, _traceparent(request))
+        await self._enqueue(chat, turn, _traceparent(request))
         if _wants_async(request, self.config.execution.mode):
-            return _accepted(chat.session_id, request_id)
+            return _accepted(turn)
+        record = await self._wait(turn)
+        if record is None:
+            raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
+        return _record_response(record, chat.session_id, location=turn.location)
+
+    async def _read(self, turn: _Turn) -> ResponseRecord | None:
+        """The stored reply of ``turn``; a store failure becomes an answer saying where to poll."""
+        try:
+            return await asyncio.to_thread(self.store.get, turn.request_id)
+        except ResponseStoreError as exc:
+            raise self._store_error(turn, exc) from exc
+
+    async def _wait(self, turn: _Turn) -> ResponseRecord | None:
+        """Wait for the reply; a shutdown of this process cuts the wait short with a 503."""
+        loop = asyncio.get_running_loop()
+        released: asyncio.Future[None] = loop.create_future()
+        with self._waiters_lock:
+            self._waiters[released] = loop
+            if self._released:
+                released.set_result(None)
         budget = self.config.execution.response_store.sync_wait(
             self.config.api.sync_timeout, self.store.pushes
         )
-        record = await self.store.wait(request_id, budget)
-        if record is None:
-            raise HTTPError(
-                504,
-                "TIMEOUT",
-                "no reply within the wait budget; poll for it later",
-                request_id=request_id,
-                session_id=chat.session_id,
-            )
-        return _record_response(record, chat.session_id)
+        waiting = asyncio.ensure_future(self.store.wait(turn.request_id, budget))
+        try:
+            either: set[asyncio.Future[Any]] = {waiting, released}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if waiting.done():
+                return waiting.result()
+        except ResponseStoreError as exc:
+            raise self._store_error(turn, exc) from exc
+        finally:
+            waiting.cancel()
+            with self._waiters_lock:
+                self._waiters.pop(released, None)
+        raise turn.error(
+            503,
+            "SHUTTING_DOWN",
+            "the server is shutting down; the turn is queued, poll the Location for its reply",
+        )
+
+    def _store_error(self, turn: _Turn, exc: ResponseStoreError) -> HTTPError:
+        self._log.log(
+            logging.WARNING,
+            f"store:{type(exc).__name__}",
+            "response store failed for request %s: %s",
+            turn.request_id,
+            exc,
+        )
+        if isinstance(exc, StoreUnavailableError):
+            message = "the reply store is unreachable; retry or poll the Location later"
+            return turn.error(503, "STORE_UNAVAILABLE", message)
+        return turn.error(500, "STORE_ERROR", "the reply store failed; poll the Location later")
 
     def check_chat(self, chat: ChatRequest) -> ChatRequest:
         """Refuse a turn this process can already tell will fail (unknown agent, shutdown).
@@ -150,7 +251,8 @@ class RequestHandler:
         Raises:
             HTTPError: 413 when the broker refuses the size, 503 when it does not answer.
         """
-        await self._enqueue(chat, request_id, traceparent or _traceparent(None))
+        turn = _Turn(chat.session_id, request_id)
+        await self._enqueue(chat, turn, traceparent or _traceparent(None))
 
     def _stream(self, request_id: str, session_id: str, after: int = -1) -> Response:
         api = self.config.api
@@ -170,11 +272,22 @@ class RequestHandler:
         if declared.isdigit() and int(declared) > limit:
             raise HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
         chunks, size = [], 0
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > limit:
-                raise HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
-            chunks.append(chunk)
+        try:
+            async with asyncio.timeout(self.config.api.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise HTTPError(
+                            413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes"
+                        )
+                    chunks.append(chunk)
+        except TimeoutError as exc:
+            raise HTTPError(
+                408,
+                "BODY_TIMEOUT",
+                f"the request body did not arrive within {self.config.api.body_timeout}s",
+                {"Connection": "close"},
+            ) from exc
         return b"".join(chunks)
 
     def _request_id(self, request: Request, session_id: str) -> tuple[str, bool]:
@@ -187,13 +300,19 @@ class RequestHandler:
             None if secret is None else secret.get_secret_value(),
         )
 
-    async def _enqueue(self, chat: ChatRequest, request_id: str, traceparent: str) -> None:
+    async def _enqueue(self, chat: ChatRequest, turn: _Turn, traceparent: str) -> None:
+        """Put the turn on INPUT, its request id doubling as the broker's dedup id.
+
+        A failed or timed-out send may still have reached the broker, so the 503 carries the
+        request id and a Location: polling it, or retrying with the same Idempotency-Key,
+        resolves what happened without running the turn twice.
+        """
         message = QueueMessage(
             body=chat.model_dump_json(exclude_none=True),
-            attributes={ATTR_REQUEST_ID: request_id, ATTR_TRACEPARENT: traceparent}
+            attributes={ATTR_REQUEST_ID: turn.request_id, ATTR_TRACEPARENT: traceparent}
             | ({ATTR_USER_ID: user} if (user := IDENTITY.get()) is not None else {}),
             group_id=chat.session_id,
-            dedup_id=request_id,
+            dedup_id=turn.request_id,
         )
         timeout = self.config.api.enqueue_timeout
         send = call(self.transport.nonblocking, self.transport.send, QueueName.INPUT, message)
@@ -202,19 +321,25 @@ class RequestHandler:
         except MessageRejectedError as exc:
             raise HTTPError(413, "MESSAGE_TOO_LARGE", str(exc), session_id=chat.session_id) from exc
         except Exception as exc:
-            logger.warning("enqueue of request %s failed: %r", request_id, exc)
-            raise HTTPError(
+            self._log.log(
+                logging.WARNING,
+                f"enqueue:{type(exc).__name__}",
+                "enqueue of request %s failed: %r",
+                turn.request_id,
+                exc,
+            )
+            raise turn.error(
                 503,
                 "QUEUE_UNAVAILABLE",
-                "the turn could not be queued; retry later",
-                session_id=chat.session_id,
+                "the turn may not have been queued; retry with the same Idempotency-Key, or "
+                "poll the Location to see whether it ran",
             ) from exc
 
     async def get_chat(self, session_id: str, request_id: str | None = None) -> Response:
         """The reply of ``request_id`` once it is ready; 404 before, or under another session."""
         if not request_id:
             raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
-        record = await asyncio.to_thread(self.store.get, request_id)
+        record = await self._read(_Turn(session_id, request_id))
         return _record_response(record, session_id, request_id=request_id)
 
     async def get_stream(self, request: Request, session_id: str, request_id: str = "") -> Response:
@@ -262,8 +387,16 @@ class RequestHandler:
         return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
 
 
+def poll_location(session_id: str, request_id: str) -> str:
+    """The URL path where the reply of ``request_id`` can be read."""
+    return f"{CHAT_PATH}/{quote(session_id, safe='')}?request_id={quote(request_id, safe='')}"
+
+
 def _record_response(
-    record: ResponseRecord | None, session_id: str, request_id: str | None = None
+    record: ResponseRecord | None,
+    session_id: str,
+    request_id: str | None = None,
+    location: str | None = None,
 ) -> JSONResponse:
     if (
         record is None
@@ -278,18 +411,16 @@ def _record_response(
             session_id=session_id,
         )
     METRICS.inc("agentkernel_http_requests_total", status=str(record.status_code))
-    return JSONResponse(record.body, status_code=record.status_code)
+    headers = {"Content-Location": location} if location else None
+    return JSONResponse(record.body, status_code=record.status_code, headers=headers)
 
 
-def _accepted(session_id: str, request_id: str) -> JSONResponse:
+def _accepted(turn: _Turn) -> JSONResponse:
     METRICS.inc("agentkernel_http_requests_total", status="202")
     return JSONResponse(
-        {"status": "ACCEPTED", "request_id": request_id, "session_id": session_id},
+        {"status": "ACCEPTED", "request_id": turn.request_id, "session_id": turn.session_id},
         status_code=202,
-        headers={
-            "Location": f"{CHAT_PATH}/{quote(session_id, safe='')}?request_id={request_id}",
-            "Preference-Applied": "respond-async",
-        },
+        headers={"Location": turn.location, "Preference-Applied": "respond-async"},
     )
 
 
@@ -308,7 +439,18 @@ def _traceparent(request: Request | None) -> str:
 
 
 async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
-    return JSONResponse(exc.doc, status_code=exc.status)
+    return JSONResponse(exc.doc, status_code=exc.status, headers=exc.headers)
+
+
+async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
+    """A bug or an unmapped failure: JSON like every other error, never a traceback."""
+    METRICS.inc("agentkernel_http_requests_total", status="500")
+    return JSONResponse({"error": "INTERNAL_ERROR", "message": "unexpected server error"}, 500)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
 
 
 _ERROR = {"content": {"application/json": {"example": {"error": "CODE", "message": "why"}}}}
@@ -344,9 +486,14 @@ _POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     404: {"description": "Unknown agent.", **_ERROR},
     413: {"description": "Body larger than api.max_body_bytes.", **_ERROR},
     422: {"description": "Missing or invalid fields.", **_ERROR},
+    408: {"description": "The body did not arrive within api.body_timeout.", **_ERROR},
     500: {"description": "The agent failed; the body explains.", **_ERROR},
-    503: {"description": "The queue did not accept the turn.", **_ERROR},
-    504: {"description": "No reply in time; poll with the request_id.", **_ERROR},
+    503: {
+        "description": "Queue or reply store unavailable, or shutting down; when the turn may "
+        "have been queued, request_id and a Location to poll are included.",
+        **_ERROR,
+    },
+    504: {"description": "No reply in time; poll the Location.", **_ERROR},
 }
 _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -357,4 +504,5 @@ _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 _GET_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The reply."},
     404: {"description": "Not ready yet, unknown, or another session's reply.", **_ERROR},
+    503: {"description": "The reply store is unreachable; retry later.", **_ERROR},
 }

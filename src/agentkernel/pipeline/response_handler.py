@@ -2,8 +2,11 @@
 
 Each OUTPUT message becomes a :class:`ResponseRecord` keyed by its ``request_id`` attribute, with
 the status from the ``status_code`` attribute; one with a ``chunk_index`` attribute is a chunk
-of a streamed reply and is kept beside it for streaming clients. A message that keeps failing to
-be stored is answered with an error record, so a waiting caller is never left hanging.
+of a streamed reply and is kept beside it for streaming clients. While the store is down,
+messages are delivered again with a growing delay (the consumer loop's back-off); a message that
+exhausted its deliveries is still stored as the reply it carries, so an outage longer than the
+retries only delays replies. A message that cannot be decoded is answered with an error record,
+so a waiting caller is never left hanging.
 """
 
 from __future__ import annotations
@@ -12,7 +15,7 @@ import json
 import logging
 
 from agentkernel.core.config import AKConfig, QueuesConfig
-from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
+from agentkernel.pipeline.consumer import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, QueueConsumer
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,
@@ -66,9 +69,18 @@ class ResponseHandler(QueueConsumer):
         self.queues = queues if queues is not None else AKConfig.get().execution.queues
 
     def consumer_loop(
-        self, exit_on_shutdown: bool = True, stop_on_shutdown: bool = True
+        self,
+        exit_on_shutdown: bool = True,
+        stop_on_shutdown: bool = True,
+        drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
     ) -> ConsumerLoop:
-        """The :class:`ConsumerLoop` that drives this handler."""
+        """The :class:`ConsumerLoop` that drives this handler.
+
+        Args:
+            exit_on_shutdown: passed to the loop.
+            stop_on_shutdown: passed to the loop.
+            drain_timeout: seconds a stopping consumer thread waits for its messages in hand.
+        """
         settings = self.queues.output
         return ConsumerLoop(
             process=self.process_message,
@@ -80,16 +92,29 @@ class ResponseHandler(QueueConsumer):
             queue=QueueName.OUTPUT,
             exit_on_shutdown=exit_on_shutdown,
             stop_on_shutdown=stop_on_shutdown,
+            drain_timeout=drain_timeout,
         )
 
     def process_message(self, message: QueueMessage) -> None:
         index = message.attributes.get(ATTR_CHUNK_INDEX)
-        if index is None:
-            self.store.put(record_of(message))
+        if index is not None:
+            self._put_chunk(message, index)
             return
-        frame = json.loads(message.body)
+        try:
+            record = record_of(message)
+        except ValueError:  # retrying cannot make it readable: answer the caller now
+            self.on_permanent_failure(message)
+            return
+        self.store.put(record)
+
+    def _put_chunk(self, message: QueueMessage, index: str) -> None:
+        try:
+            frame = json.loads(message.body)
+        except ValueError:
+            frame = None
         if not (index.isdigit() and isinstance(frame, dict)):
-            raise ValueError(f"OUTPUT chunk message {message.message_id} is malformed")
+            logger.error("dropping malformed chunk message %s", message.message_id)
+            return
         request_id = message.attributes.get(ATTR_REQUEST_ID, "")
         try:
             self.store.put_chunk(request_id, int(index), frame)
@@ -98,6 +123,11 @@ class ResponseHandler(QueueConsumer):
             logger.warning("%s keeps no stream chunks; dropping one", type(self.store).__name__)
 
     def on_permanent_failure(self, message: QueueMessage) -> None:
+        """Store the reply anyway (the store may be back), or an error record if it is unreadable.
+
+        Raises:
+            ResponseStoreError: the store is still down; the message stays queued.
+        """
         request_id = message.attributes.get(ATTR_REQUEST_ID)
         if not request_id:
             logger.error("dropping OUTPUT message %s: no request_id", message.message_id)
@@ -105,6 +135,15 @@ class ResponseHandler(QueueConsumer):
         if ATTR_CHUNK_INDEX in message.attributes:
             # A lost chunk must not end the stream: the turn's final reply is still to come.
             logger.error("dropping chunk message %s of %s", message.message_id, request_id)
+            return
+        try:
+            record = record_of(message)
+        except ValueError:
+            logger.error(
+                "OUTPUT message %s of request %s is unreadable", message.message_id, request_id
+            )
+        else:
+            self.store.put(record)
             return
         session_id = message.group_id or ""
         doc = {

@@ -4,7 +4,8 @@ A task that opts into ``graceful=True`` and crashes sets the process-wide
 :attr:`ThreadRunner.shutdown_event`; its sibling tasks finish the message in hand and return, and
 then the process exits with status 1 so the orchestrator (ECS, Kubernetes) starts a fresh one. A
 crash of a non-graceful ``stop_all_on_failure`` task exits at once. SIGTERM and SIGINT drain the
-same way and exit with status 0.
+same way and exit with status 0. A drain is bounded: with ``shutdown_timeout`` set, :meth:`run`
+stops waiting that many seconds after the shutdown began and names the tasks still running.
 """
 
 from __future__ import annotations
@@ -16,7 +17,8 @@ import queue
 import signal
 import sys
 import threading
-from collections.abc import Callable
+import time
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any, ClassVar
@@ -70,13 +72,17 @@ class ThreadRunner:
                 raise ValueError("graceful requires stop_all_on_failure")
 
     @classmethod
-    def run(cls, tasks: list[Task], exit_on_shutdown: bool = True) -> dict[str, Any]:
+    def run(
+        cls, tasks: list[Task], exit_on_shutdown: bool = True, shutdown_timeout: float | None = None
+    ) -> dict[str, Any]:
         """Start every task and wait for the awaited ones.
 
         Args:
             tasks: the tasks; thread names should be unique (results are keyed by them).
             exit_on_shutdown: once the awaited tasks are done, exit the process if a shutdown
                 was requested; ``False`` returns instead (for nested runs).
+            shutdown_timeout: seconds to keep waiting for the awaited tasks once a shutdown
+                was requested; ``None`` waits as long as they take.
 
         Returns:
             each finished task's return value, by thread name.
@@ -87,18 +93,34 @@ class ThreadRunner:
                 target=cls._guard, args=(task, reports), name=task.thread_name, daemon=True
             ).start()
         results: dict[str, Any] = {}
-        awaited = sum(1 for task in tasks if task.awaited_on_shutdown)
+        awaited = {task.thread_name for task in tasks if task.awaited_on_shutdown}
+        shutdown_seen: float | None = None
         while awaited:
+            if shutdown_timeout is not None and cls.shutdown_event.is_set():
+                shutdown_seen = shutdown_seen or time.monotonic()
+                if time.monotonic() - shutdown_seen > shutdown_timeout:
+                    logger.error(
+                        "shutdown timed out after %.1fs; still running: %s",
+                        shutdown_timeout,
+                        ", ".join(sorted(awaited)),
+                    )
+                    break
             try:
                 task, result = reports.get(timeout=0.5)
             except queue.Empty:
                 continue
             results[task.thread_name] = result
-            awaited -= task.awaited_on_shutdown
-        if exit_on_shutdown and cls.shutdown_event.is_set():
-            logger.info("all tasks drained; exiting with status %s", cls.shutdown_exit_code)
-            hard_exit(cls.shutdown_exit_code)
+            awaited.discard(task.thread_name)
+        if exit_on_shutdown:
+            cls.exit_if_shutting_down()
         return results
+
+    @classmethod
+    def exit_if_shutting_down(cls) -> None:
+        """End the process with :attr:`shutdown_exit_code` if a shutdown was requested."""
+        if cls.shutdown_event.is_set():
+            logger.info("drain finished; exiting with status %s", cls.shutdown_exit_code)
+            hard_exit(cls.shutdown_exit_code)
 
     @classmethod
     def _guard(cls, task: Task, reports: queue.Queue[tuple[Task, Any]]) -> None:
@@ -162,3 +184,12 @@ class ThreadRunner:
         """Clear the shutdown state (tests)."""
         cls.shutdown_event.clear()
         cls.shutdown_exit_code = 1
+
+
+def close_in_order(closers: Iterable[Callable[[], None]]) -> None:
+    """Call each ``close`` in turn; a failing one is logged and the rest still run."""
+    for close in closers:
+        try:
+            close()
+        except Exception:
+            logger.warning("closing %r failed", close, exc_info=True)

@@ -5,6 +5,10 @@ polls with a short, growing interval (the base class's ``wait``). DynamoDB remov
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
 Chunks of streamed replies are items of their own, read by streaming clients with the same
 short poll.
+
+Every botocore exception is mapped in :func:`_dynamodb_errors`: an unreachable endpoint, a
+timeout, throttling or a server error becomes :class:`StoreUnavailableError` (worth retrying),
+anything else :class:`ResponseStoreError`.
 """
 
 from __future__ import annotations
@@ -12,18 +16,34 @@ from __future__ import annotations
 import json
 import math
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.config import Config
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoRegionError
+from botocore.exceptions import ConnectionError as EndpointError
 
 from agentkernel.core.config import DynamoDBStoreConfig
-from agentkernel.core.errors import ResponseStoreError
+from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
 
 TTL_ATTRIBUTE = "expiry_time"
 _CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"
-_ERRORS = (BotoCoreError, ClientError)
+#: Fail fast when the table cannot be reached, so an API request can answer 503 in seconds.
+_CLIENT_CONFIG = Config(
+    connect_timeout=2, read_timeout=5, retries={"max_attempts": 3, "mode": "standard"}
+)
+_TRANSIENT_CODES = frozenset(
+    {
+        "ProvisionedThroughputExceededException",
+        "RequestLimitExceeded",
+        "ThrottlingException",
+        "InternalServerError",
+        "ServiceUnavailable",
+    }
+)
 
 
 class DynamoDBResponseStore(ResponseStore):
@@ -48,7 +68,19 @@ class DynamoDBResponseStore(ResponseStore):
     ) -> None:
         super().__init__(ttl)
         self.table_name = table_name
-        self._client = boto3.client("dynamodb", region_name=region_name, endpoint_url=endpoint_url)
+        try:
+            self._client = boto3.client(
+                "dynamodb",
+                region_name=region_name,
+                endpoint_url=endpoint_url,
+                config=_CLIENT_CONFIG,
+            )
+        except NoRegionError as exc:
+            raise AKConfigError(
+                "execution.response_store.dynamodb.region_name: no AWS region configured"
+            ) from exc
+        except (BotoCoreError, ValueError) as exc:
+            raise AKConfigError(f"execution.response_store.dynamodb: {exc}") from exc
 
     @classmethod
     def from_config(cls, config: DynamoDBStoreConfig, ttl: float) -> DynamoDBResponseStore:
@@ -64,32 +96,26 @@ class DynamoDBResponseStore(ResponseStore):
         }
         if record.owner is not None:
             item["owner"] = {"S": record.owner}
-        try:
+        with _dynamodb_errors(f"write of {record.request_id}"):
             self._client.put_item(TableName=self.table_name, Item=item)
-        except _ERRORS as exc:
-            raise ResponseStoreError(
-                f"DynamoDB write of {record.request_id} failed: {exc}"
-            ) from exc
 
     def get(self, request_id: str) -> ResponseRecord | None:
-        try:
+        with _dynamodb_errors(f"read of {request_id}"):
             reply = self._client.get_item(
                 TableName=self.table_name,
                 Key={"request_id": {"S": request_id}},
                 ConsistentRead=True,
             )
-        except _ERRORS as exc:
-            raise ResponseStoreError(f"DynamoDB read of {request_id} failed: {exc}") from exc
-        item = reply.get("Item")
-        if item is None or float(item[TTL_ATTRIBUTE]["N"]) <= time.time():
-            return None
-        return ResponseRecord(
-            request_id=request_id,
-            session_id=item["session_id"]["S"],
-            status_code=int(item["status_code"]["N"]),
-            body=json.loads(item["body"]["S"]),
-            owner=item.get("owner", {}).get("S"),
-        )
+            item = reply.get("Item")
+            if item is None or float(item[TTL_ATTRIBUTE]["N"]) <= time.time():
+                return None
+            return ResponseRecord(
+                request_id=request_id,
+                session_id=item["session_id"]["S"],
+                status_code=int(item["status_code"]["N"]),
+                body=json.loads(item["body"]["S"]),
+                owner=item.get("owner", {}).get("S"),
+            )
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
         item = {
@@ -98,37 +124,63 @@ class DynamoDBResponseStore(ResponseStore):
             TTL_ATTRIBUTE: {"N": str(math.ceil(time.time() + self.ttl))},
         }
         try:
-            self._client.put_item(
-                TableName=self.table_name,
-                Item=item,
-                ConditionExpression="attribute_not_exists(request_id)",  # first copy wins
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") != "ConditionalCheckFailedException":
-                raise ResponseStoreError(
-                    f"DynamoDB write of a chunk of {request_id}: {exc}"
-                ) from exc
-        except BotoCoreError as exc:
-            raise ResponseStoreError(f"DynamoDB write of a chunk of {request_id}: {exc}") from exc
+            with _dynamodb_errors(f"write of a chunk of {request_id}"):
+                self._client.put_item(
+                    TableName=self.table_name,
+                    Item=item,
+                    ConditionExpression="attribute_not_exists(request_id)",  # first copy wins
+                )
+        except ResponseStoreError as exc:
+            if not isinstance(exc.__cause__, ClientError) or _code(exc.__cause__) != _EXISTS:
+                raise
 
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
         """Reads chunk items one by one from ``after + 1`` until one is missing (at most 100)."""
         found: list[dict[str, Any]] = []
-        for index in range(after + 1, after + 101):
-            key = {"request_id": {"S": f"{request_id}{_CHUNK}{index}"}}
-            try:
+        with _dynamodb_errors(f"read of chunks of {request_id}"):
+            for index in range(after + 1, after + 101):
+                key = {"request_id": {"S": f"{request_id}{_CHUNK}{index}"}}
                 item = self._client.get_item(
                     TableName=self.table_name, Key=key, ConsistentRead=True
                 ).get("Item")
-            except _ERRORS as exc:
-                raise ResponseStoreError(f"DynamoDB read of chunks of {request_id}: {exc}") from exc
-            if item is None:
-                break
-            found.append(json.loads(item["body"]["S"]))
+                if item is None:
+                    break
+                found.append(json.loads(item["body"]["S"]))
         return found
 
     def ping(self) -> None:
-        try:
+        with _dynamodb_errors(f"check of table {self.table_name}"):
             self._client.describe_table(TableName=self.table_name)
-        except _ERRORS as exc:
-            raise ResponseStoreError(f"DynamoDB table {self.table_name}: {exc}") from exc
+
+    def close(self) -> None:
+        with _dynamodb_errors("close"):
+            self._client.close()
+
+
+_EXISTS = "ConditionalCheckFailedException"
+
+
+def _code(exc: ClientError) -> str:
+    return str(exc.response.get("Error", {}).get("Code", ""))
+
+
+@contextmanager
+def _dynamodb_errors(operation: str) -> Iterator[None]:
+    """Map botocore exceptions (and undecodable items) to the store's errors."""
+    try:
+        yield
+    except ClientError as exc:
+        error = exc.response.get("Error", {})
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        kind = (
+            StoreUnavailableError
+            if error.get("Code") in _TRANSIENT_CODES or status >= 500
+            else ResponseStoreError
+        )
+        raise kind(f"DynamoDB {operation} failed: {error.get('Code', exc)}") from exc
+    except (EndpointError, HTTPClientError) as exc:
+        raise StoreUnavailableError(f"DynamoDB {operation} failed: {exc}") from exc
+    except BotoCoreError as exc:
+        raise ResponseStoreError(f"DynamoDB {operation} failed: {exc}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ResponseStoreError(f"DynamoDB {operation}: unreadable item: {exc!r}") from exc

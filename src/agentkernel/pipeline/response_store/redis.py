@@ -7,6 +7,9 @@ polling and without a connection per waiting request.
 
 Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending one publishes
 on the same channel, so a streaming client connected to any IO process sees it at once.
+
+Every redis-py exception is mapped in :func:`_redis_errors`: connection trouble becomes
+:class:`StoreUnavailableError` (worth retrying), anything else :class:`ResponseStoreError`.
 """
 
 from __future__ import annotations
@@ -15,11 +18,13 @@ import asyncio
 import json
 import logging
 import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import redis
 
-from agentkernel.core.errors import ResponseStoreError
+from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
@@ -51,7 +56,10 @@ class RedisResponseStore(ResponseStore):
 
     def __init__(self, url: str, prefix: str = "ak:", ttl: float = 3600.0) -> None:
         super().__init__(ttl)
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        try:
+            self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
+        except ValueError as exc:  # the message names the scheme, never the password
+            raise AKConfigError(f"execution.response_store.redis.url: {exc}") from exc
         self._prefix = prefix
         self._waiters = WaiterRegistry()
         self._listener: threading.Thread | None = None
@@ -66,38 +74,31 @@ class RedisResponseStore(ResponseStore):
         return f"{self._prefix}chunks:{request_id}"
 
     def put(self, record: ResponseRecord) -> None:
-        try:
+        with _redis_errors(f"write of {record.request_id}"):
             pipe = self._redis.pipeline()
             pipe.set(self._key(record.request_id), record.to_json(), px=int(self.ttl * 1000))
             pipe.publish(f"{self._prefix}done:{record.request_id}", b"1")
             pipe.execute()
-        except redis.RedisError as exc:
-            raise ResponseStoreError(f"Redis write of {record.request_id} failed: {exc}") from exc
 
     def get(self, request_id: str) -> ResponseRecord | None:
-        try:
+        with _redis_errors(f"read of {request_id}"):
             raw = self._redis.get(self._key(request_id))
-        except redis.RedisError as exc:
-            raise ResponseStoreError(f"Redis read of {request_id} failed: {exc}") from exc
-        return None if raw is None else ResponseRecord.from_json(raw)
+            return None if raw is None else ResponseRecord.from_json(raw)
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
         keys = [self._chunks_key(request_id), f"{self._prefix}done:{request_id}"]
         args: list[str | int] = [index, json.dumps(frame), int(self.ttl * 1000)]
-        try:
+        with _redis_errors(f"write of a chunk of {request_id}"):
             self._append(keys=keys, args=args)
-        except redis.RedisError as exc:
-            raise ResponseStoreError(f"Redis write of a chunk of {request_id}: {exc}") from exc
 
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
-        try:
+        with _redis_errors(f"read of chunks of {request_id}"):
             raw = self._redis.lrange(self._chunks_key(request_id), after + 1, -1)
-        except redis.RedisError as exc:
-            raise ResponseStoreError(f"Redis read of chunks of {request_id}: {exc}") from exc
-        return [json.loads(item) for item in raw]
+            return [json.loads(item) for item in raw]
 
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
-        self._ensure_listener()
+        with _redis_errors("subscription to replies"):
+            await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
 
         def changed() -> bool:
             return self._changed(request_id, seen)
@@ -106,17 +107,15 @@ class RedisResponseStore(ResponseStore):
         return await asyncio.to_thread(changed)
 
     def _changed(self, request_id: str, seen: int) -> bool:
-        try:
-            with self._redis.pipeline(transaction=False) as pipe:
-                pipe.llen(self._chunks_key(request_id))
-                pipe.exists(self._key(request_id))
-                length, exists = pipe.execute()
-        except redis.RedisError as exc:
-            raise ResponseStoreError(f"Redis read of {request_id} failed: {exc}") from exc
+        with _redis_errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
+            pipe.llen(self._chunks_key(request_id))
+            pipe.exists(self._key(request_id))
+            length, exists = pipe.execute()
         return int(length) > seen + 1 or bool(exists)
 
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
-        self._ensure_listener()
+        with _redis_errors("subscription to replies"):
+            await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
         await wait_for_record(self._waiters, request_id, timeout, lambda: self.get(request_id))
         return self.get(request_id)
 
@@ -124,6 +123,8 @@ class RedisResponseStore(ResponseStore):
         with self._lock:
             if self._listener is not None and self._listener.is_alive():
                 return
+            if self._pubsub is not None:
+                self._pubsub.close()  # the previous listener's connection dropped
             self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
             self._pubsub.psubscribe(f"{self._prefix}done:*")
             self._listener = threading.Thread(
@@ -143,13 +144,24 @@ class RedisResponseStore(ResponseStore):
             logger.debug("reply listener stopped", exc_info=True)
 
     def ping(self) -> None:
-        try:
+        with _redis_errors("ping"):
             self._redis.ping()
-        except redis.RedisError as exc:
-            raise ResponseStoreError(f"Redis is unreachable: {exc}") from exc
 
     def close(self) -> None:
-        with self._lock:
+        with _redis_errors("close"), self._lock:
             if self._pubsub is not None:
                 self._pubsub.close()
-        self._redis.close()
+            self._redis.close()
+
+
+@contextmanager
+def _redis_errors(operation: str) -> Iterator[None]:
+    """Map redis-py exceptions (and undecodable records) to the store's errors."""
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise StoreUnavailableError(f"Redis {operation} failed: {exc}") from exc
+    except redis.RedisError as exc:
+        raise ResponseStoreError(f"Redis {operation} failed: {exc}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        raise ResponseStoreError(f"Redis {operation}: unreadable record: {exc!r}") from exc

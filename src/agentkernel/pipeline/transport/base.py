@@ -54,6 +54,16 @@ class TransportConsumer(ABC):
     def nack(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
         """Give the message back for redelivery; default: let the lease run out."""
 
+    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
+        """Give the message back for redelivery in about ``delay_seconds``, if the broker can.
+
+        Returns:
+            ``True`` when the transport scheduled the delayed redelivery itself. ``False`` (the
+            default) when it cannot: the caller then keeps the message (and its lease) for the
+            delay and calls :meth:`nack`.
+        """
+        return False
+
     def dead_letter(self, message: QueueMessage) -> None:
         """Final disposition after the permanent-failure hook ran; default: ``ack``."""
         self.ack(message)

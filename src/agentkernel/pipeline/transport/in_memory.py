@@ -189,6 +189,29 @@ class _Broker:
             if q.ready:
                 q.cond.notify()
 
+    def hold(self, message: QueueMessage, seconds: float) -> None:
+        """Let the message's lease run out in ``seconds``, then redeliver it (a delayed nack)."""
+        handle = message.native
+        if not isinstance(handle, _Handle):
+            raise ValueError("message was not fetched from an in-memory transport")
+        with handle.queue.cond:
+            lease = handle.queue.leased.get(handle.group)
+            if lease is not None and lease.token == handle.token:
+                lease.token = next(self._tokens)  # the holder's handle is spent
+                lease.deadline = self.clock() + max(seconds, 0.0)
+                handle.queue.cond.notify_all()  # fetchers recompute their wake-up time
+
+    def purge(self, queue: QueueName) -> list[QueueMessage]:
+        """Remove and return every message of ``queue``, queued or in flight."""
+        q = self.queues[queue]
+        with q.cond:
+            entries = [lease.entry for lease in q.leased.values()]
+            entries += [entry for bucket in q.pending.values() for entry in bucket]
+            q.leased.clear()
+            q.pending.clear()
+            q.ready.clear()
+        return [entry.message for entry in entries]
+
     def extend(self, message: QueueMessage) -> None:
         handle = message.native
         if not isinstance(handle, _Handle):
@@ -263,6 +286,20 @@ class InMemoryTransport(QueueTransport):
         with q.cond:
             return sum(len(bucket) for bucket in q.pending.values())
 
+    def in_flight(self, queue: QueueName) -> int:
+        """Messages of ``queue`` fetched and not yet settled (or waiting out a delayed nack)."""
+        q = self._broker.queues[queue]
+        with q.cond:
+            return len(q.leased)
+
+    def purge(self, queue: QueueName) -> list[QueueMessage]:
+        """Remove every message of ``queue`` (queued or in flight) and return them.
+
+        The embedded topology calls it once its drain is over, to log each turn that could not
+        be run before the process ends; nothing here outlives the process.
+        """
+        return self._broker.purge(QueueName(queue))
+
 
 class InMemoryConsumer(TransportConsumer):
     """A consumer of one in-memory queue."""
@@ -288,6 +325,10 @@ class InMemoryConsumer(TransportConsumer):
 
     def nack(self, message: QueueMessage) -> None:
         self._broker.settle(message, requeue=True)
+
+    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
+        self._broker.hold(message, delay_seconds)
+        return True
 
     @property
     def lease_seconds(self) -> float:

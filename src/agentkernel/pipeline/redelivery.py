@@ -1,0 +1,125 @@
+"""Handing a failed message back to its broker, after a delay that doubles with each delivery.
+
+A message whose handling failed is not nacked at once: a broker outage would otherwise turn every
+message into a tight retry loop (hundreds of deliveries a second, a log line each). The delay is
+``base * 2**(receive_count - 1)`` seconds, capped. Where the transport can delay a redelivery
+itself (:meth:`TransportConsumer.nack_later`) it does; otherwise the message and its lease are
+kept for the delay, in the message's own task (async loops) or on a private event loop (sync
+loops), so other messages go on meanwhile. A stopping loop ends every wait at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+import time
+from collections.abc import Callable
+from concurrent.futures import Future
+
+from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.blocking import call
+from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.event_loop import LoopThread
+from agentkernel.pipeline.transport.base import TransportConsumer
+
+logger = logging.getLogger(__name__)
+
+#: Delay before the first redelivery of a failed message, in seconds; doubles per delivery.
+RETRY_BACKOFF_SECONDS = 0.5
+MAX_RETRY_BACKOFF_SECONDS = 30.0
+#: Longest sleep between two looks at the stop flag while a message is held, in seconds.
+STOP_CHECK_SECONDS = 0.25
+
+
+class Redelivery:
+    """Gives the failed messages of one consumer loop back to the broker.
+
+    Args:
+        queue: the queue's name, for logs and the holding thread's name.
+        base: seconds before a message's first redelivery.
+        cap: longest delay, in seconds.
+        stopping: true once the loop stops; every hold then ends at once.
+        release: called just before a message is handed back (ends its lease extension).
+        log: the loop's rate-limited log.
+    """
+
+    def __init__(
+        self,
+        queue: str,
+        *,
+        base: float,
+        cap: float,
+        stopping: Callable[[], bool],
+        release: Callable[[QueueMessage], None],
+        log: RateLimitedLog,
+    ) -> None:
+        if base < 0 or cap < 0:
+            raise ValueError("retry back-offs must not be negative")
+        self._queue, self._base, self._cap = queue, base, cap
+        self._stopping, self._release, self._log = stopping, release, log
+        self._holds: LoopThread | None = None
+        self._lock = threading.Lock()
+
+    def delay(self, message: QueueMessage) -> float:
+        """Seconds to wait before ``message`` is delivered again."""
+        exponent = min(max(message.receive_count - 1, 0), 30)
+        return float(min(self._base * 2**exponent, self._cap))
+
+    def give_back(self, consumer: TransportConsumer, message: QueueMessage) -> Future[None] | None:
+        """From a consumer thread: hand back after the delay without blocking the thread.
+
+        Returns:
+            the pending hold, or ``None`` when the message was handed back already.
+        """
+        if self._nacked_later(consumer, message):
+            return None
+        with self._lock:
+            if self._holds is None:
+                self._holds = LoopThread(f"{self._queue}-holds", max_workers=2)
+            holds = self._holds
+        return holds.submit(self.give_back_async(consumer, message, native=False))
+
+    async def give_back_async(
+        self, consumer: TransportConsumer, message: QueueMessage, native: bool = True
+    ) -> None:
+        """From a message's task: hand back after the delay (sooner if the loop stops)."""
+        if native and await call(consumer.nonblocking, self._nacked_later, consumer, message):
+            return
+        deadline = time.monotonic() + self.delay(message)
+        while not self._stopping() and (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, STOP_CHECK_SECONDS))
+        self._release(message)
+        await call(consumer.nonblocking, self.nack, consumer, message)
+
+    def nack(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        """Hand ``message`` back at once; a failure is logged (its lease then runs out)."""
+        try:
+            consumer.nack(message)
+        except Exception as exc:
+            self._log.log(
+                logging.ERROR,
+                f"{self._queue}:nack:{type(exc).__name__}",
+                "nack of %s on %s failed",
+                message.message_id,
+                self._queue,
+                exc_info=True,
+            )
+
+    def stop(self) -> None:
+        """End the holding thread (once the loop has drained)."""
+        with self._lock:
+            holds, self._holds = self._holds, None
+        if holds is not None:
+            holds.stop()
+
+    def _nacked_later(self, consumer: TransportConsumer, message: QueueMessage) -> bool:
+        """Let the transport delay the redelivery itself, where it can."""
+        delay = self.delay(message)
+        try:
+            if delay and consumer.nack_later(message, delay):
+                self._release(message)
+                return True
+        except Exception:
+            logger.warning("delayed nack of %s failed", message.message_id, exc_info=True)
+        return False

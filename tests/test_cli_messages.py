@@ -1,0 +1,51 @@
+"""The command line's messages: one clear line and a non-zero exit for each start-up mistake."""
+
+from __future__ import annotations
+
+import socket
+import subprocess
+import sys
+from pathlib import Path
+
+from agentkernel import __version__
+
+
+def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    command = [sys.executable, "-m", "agentkernel", *args]
+    return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=60)
+
+
+def one_line_error(done: subprocess.CompletedProcess[str], text: str) -> None:
+    assert done.returncode == 2, done.stderr
+    errors = [line for line in done.stderr.splitlines() if line.startswith("agentkernel: ")]
+    assert len(errors) == 1 and text in errors[0], done.stderr
+    assert "Traceback" not in done.stderr
+
+
+def test_version(tmp_path: Path) -> None:
+    done = run("--version", cwd=tmp_path)
+    assert (done.returncode, done.stdout.strip()) == (0, f"agentkernel {__version__}")
+
+
+def test_a_duplicate_agent_name(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text(
+        "from agentkernel import Agent, Module\n"
+        "Module([Agent('a', str)])\nModule([Agent('a', repr)])\n"
+    )
+    one_line_error(run("serve", "agents.py", cwd=tmp_path), "an agent named 'a' is already")
+
+
+def test_a_missing_config_file(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text("")
+    done = run("serve", "agents.py", "--config", "nope.yaml", cwd=tmp_path)
+    one_line_error(done, "config file 'nope.yaml' does not exist")
+
+
+def test_a_port_in_use(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text("")
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = run("serve", "agents.py", "--port", str(port), cwd=tmp_path)
+    one_line_error(done, f"api.port: cannot listen on 127.0.0.1:{port}")
