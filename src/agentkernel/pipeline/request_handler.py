@@ -23,7 +23,9 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request, WebSocket
+from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
+from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
@@ -138,6 +140,8 @@ class RequestHandler:
         app = FastAPI(title="agentkernel", version="1", docs_url="/docs", redoc_url=None)
         app.add_exception_handler(HTTPError, _http_error)  # type: ignore[arg-type]
         app.add_exception_handler(Exception, _internal_error)
+        app.add_exception_handler(StarletteHTTPException, _framework_error)  # type: ignore[arg-type]
+        app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
         if self.config.api.auth.enabled:
             app.add_middleware(AuthMiddleware, authenticator=Authenticator(self.config.api.auth))
         app.post(CHAT_PATH, status_code=200, responses=_POST_RESPONSES, openapi_extra=_POST_BODY)(
@@ -448,6 +452,23 @@ async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
     return JSONResponse({"error": "INTERNAL_ERROR", "message": "unexpected server error"}, 500)
 
 
+_FRAMEWORK_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
+
+
+async def _framework_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+    """An unknown route or method, in the same JSON shape as every other error."""
+    code = _FRAMEWORK_CODES.get(exc.status_code, "HTTP_ERROR")
+    doc = {"error": code, "message": f"{request.method} {request.url.path}: {exc.detail}"}
+    return JSONResponse(doc, exc.status_code, headers=dict(exc.headers or {}))
+
+
+async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
+    """A query parameter or path value FastAPI itself refused."""
+    details = [{"field": ".".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()]
+    doc = {"error": "INVALID_REQUEST", "message": "the request is invalid", "details": details}
+    return JSONResponse(doc, 422)
+
+
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
@@ -482,8 +503,13 @@ _POST_RESPONSES: dict[int | str, dict[str, Any]] = {
         "text/event-stream', a stream of STREAM_CHUNK frames ending with a done frame."
     },
     202: {"description": "Queued (async): status ACCEPTED, request_id, session_id."},
-    400: {"description": "Body is not a JSON object.", **_ERROR},
-    404: {"description": "Unknown agent.", **_ERROR},
+    400: {
+        "description": "Body is not a JSON object, or the Idempotency-Key is not 1-255 "
+        "characters (INVALID_IDEMPOTENCY_KEY).",
+        **_ERROR,
+    },
+    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
+    404: {"description": "Unknown agent, or a session of another identity.", **_ERROR},
     413: {"description": "Body larger than api.max_body_bytes.", **_ERROR},
     422: {"description": "Missing or invalid fields.", **_ERROR},
     408: {"description": "The body did not arrive within api.body_timeout.", **_ERROR},
@@ -503,6 +529,8 @@ _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 _GET_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The reply."},
+    400: {"description": "The request_id query parameter is missing.", **_ERROR},
+    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
     404: {"description": "Not ready yet, unknown, or another session's reply.", **_ERROR},
     503: {"description": "The reply store is unreachable; retry later.", **_ERROR},
 }
