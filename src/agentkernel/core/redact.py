@@ -12,22 +12,27 @@ from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
 SECRET_QUERY_KEYS = frozenset({"password", "pass", "passwd", "token", "secret", "auth", "key"})
-_USERINFO = re.compile(r"(?<=://)([^/@\s]*)@")
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>,]+")
+_PASSWORD = re.compile(r"(://[^:/@\s]*):[^@/\s]*@")  # also when the password holds a comma
 
 
-def redact_url(url: str) -> str:
-    """Return ``url`` with its password, token and secret query values replaced by ``***``.
+def redact_url(text: str) -> str:
+    """Return ``text`` with the password, token and secret query values of every URL in it
+    replaced by ``***``.
 
     ``user:password@`` keeps the user name; a lone ``token@`` is masked whole (NATS and Redis
-    read it as a token). A comma-separated list of URLs is redacted item by item. Text that does
-    not parse as a URL is still stripped of anything that looks like ``userinfo@``.
+    read it as a token). Works on a single URL, a comma-separated list of them, or a message
+    (an exception's text) that mentions URLs.
     """
-    if "," in url:
-        return ",".join(redact_url(part) for part in url.split(","))
+    text = _PASSWORD.sub(rf"\1:{MASK}@", text)
+    return _URL.sub(lambda match: _redact_one(match.group(0)), text)
+
+
+def _redact_one(url: str) -> str:
     try:
         parts = urlsplit(url)
     except ValueError:
-        return _USERINFO.sub(f"{MASK}@", url)
+        return url.split("://", 1)[0] + f"://{MASK}"  # unparseable: keep only the scheme
     netloc = _redact_netloc(parts.netloc)
     query = _redact_query(parts.query)
     if (netloc, query) == (parts.netloc, parts.query):
