@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import shutil
 import signal
 import subprocess
@@ -12,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests import servers
-from tests.e2e.deployment import Deployment, assert_in_order_and_exclusive, result
+from tests.e2e.deployment import ROOT, Deployment, assert_in_order_and_exclusive, result
 
 pytestmark = [pytest.mark.nats, pytest.mark.redis, pytest.mark.slow]
 
@@ -40,6 +41,8 @@ def nats_env(url: str, redis_url: str, tag: str) -> dict[str, str]:
 def make(url: str, redis_url: str) -> Deployment:
     deployment = Deployment({})
     deployment.env |= nats_env(url, redis_url, deployment.tag)
+    # the processes run this checkout's sources, not whatever agentkernel is installed
+    deployment.env["PYTHONPATH"] = os.pathsep.join([str(ROOT / "src"), str(ROOT)])
     return deployment
 
 
@@ -82,6 +85,36 @@ def test_kill_9_of_a_runner_redelivers_after_ack_wait(nats_deployment: Deploymen
     answer = result(d.poll("k", request_id))
     assert (answer["prompt"], answer["attempt"]) == ("survive", 2)
     assert d.runs() == [request_id, "1", request_id, "2"]
+
+
+def test_sigterm_of_a_runner_runs_every_accepted_turn_once(nats_url: str, redis_url: str) -> None:
+    d = make(nats_url, redis_url)
+    d.env["AK_EXECUTION__QUEUES__NATS__ACK_WAIT"] = "30"  # the default: no lease has to expire
+    try:
+        d.start_io()
+        leaving = d.runner()
+        d.runner()
+        assert result(d.post("warm", "0"))["prompt"] == "0"
+        sessions = [f"s{i}" for i in range(8)]
+        ids = {
+            (s, i): d.post(s, str(i), asynchronous=True, seconds=0.3).json()["request_id"]
+            for i in range(6)
+            for s in sessions
+        }
+        deadline = time.monotonic() + 20
+        while len(d.runs()) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        leaving.send_signal(signal.SIGTERM)  # a rolling deploy: drain, then a new runner
+        assert leaving.wait(60) == 0
+        d.runner()
+        turns = {key: result(d.poll(key[0], rid, timeout=60)) for key, rid in ids.items()}
+        for s in sessions:
+            assert_in_order_and_exclusive([turns[(s, i)] for i in range(6)])
+        assert {key: turn["attempt"] for key, turn in turns.items()} == dict.fromkeys(ids, 1)
+        ran = d.runs()[2:]  # request id, attempt, ... after the warm-up turn
+        assert sorted(ran[0::2]) == sorted(ids.values())  # each turn ran once
+    finally:
+        d.close()
 
 
 class PrivateNats:

@@ -144,6 +144,18 @@ def test_a_fetch_for_one_leases_one(nats_url: str) -> None:
     assert len(got) == 3 and {m.receive_count for m in got} == {1}
 
 
+def test_a_waiting_fetch_gets_a_busy_partitions_next_message_once_it_frees(nats_url: str) -> None:
+    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=30.0))
+    for body in ("first", "second"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+    holder, waiter = (transport.create_consumer(QueueName.INPUT) for _ in range(2))
+    first = holder.fetch(1, 3.0)[0]
+    threading.Timer(0.5, holder.ack, [first]).start()
+    started = time.monotonic()
+    got = waiter.fetch(1, 5.0)
+    assert [m.body for m in got] == ["second"] and time.monotonic() - started < 3.0
+
+
 def test_close_gives_back_nothing_it_did_not_hand_out(nats_url: str) -> None:
     transport = NatsTransport(settings(nats_url, ack_wait=30.0))
     draining = transport.create_consumer(QueueName.INPUT)

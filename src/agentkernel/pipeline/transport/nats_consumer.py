@@ -35,7 +35,7 @@ ENVELOPE_HEADER = "Ak-Envelope"
 #: until the fetch ends.
 PROBE_GRACE_SECONDS = 0.005
 MAX_PROBE_GRACE_SECONDS = 0.2
-INITIAL_ANSWER_SECONDS = 0.01
+INITIAL_ANSWER_SECONDS = 0.002
 #: A message received after its fetch returned waits this long for the next fetch, then is
 #: given back (at most a third of ``ack_wait``).
 HOLD_SECONDS = 2.0
@@ -125,9 +125,9 @@ class NatsConsumer(TransportConsumer):
         pull = _Pull(self._nc.new_inbox(), self._hold, self._changed)
         sub = await self._nc.subscribe(f"{pull.inbox}.*", cb=pull.on_reply)
         try:
-            await self._probe(pull, demand)
+            await self._probe(pull, demand, deadline)
             left = deadline - asyncio.get_running_loop().time()
-            if not self._held and pull.idle and left > 0:
+            if not self._held and left > 0:  # busy partitions' probes are still open, too
                 body = {"batch": 1, "expires": int(left * 1e9)}
                 for partition in sorted(pull.idle):
                     await self._request(pull, partition, body)
@@ -135,11 +135,14 @@ class NatsConsumer(TransportConsumer):
         finally:
             self._retire(sub)
 
-    async def _probe(self, pull: _Pull, demand: int) -> None:
+    async def _probe(self, pull: _Pull, demand: int, deadline: float) -> None:
+        """Probe the partitions ``demand`` at a time until one has a message or all were asked."""
         partitions = len(self._next_subjects)
         order = [(self._cursor + i) % partitions for i in range(partitions)]
         loop = asyncio.get_running_loop()
         while order and not self._held and not self._closed:
+            if len(order) < partitions and loop.time() >= deadline:
+                return  # the first wave always goes out, even for a wait of 0
             wave, order = order[:demand], order[demand:]
             self._cursor = (wave[-1] + 1) % partitions
             for partition in wave:
