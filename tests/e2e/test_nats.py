@@ -94,7 +94,10 @@ def test_sigterm_of_a_runner_runs_every_accepted_turn_once(nats_url: str, redis_
         d.start_io()
         leaving = d.runner()
         d.runner()
-        assert result(d.post("warm", "0"))["prompt"] == "0"
+        warm = 0  # until the runner to be stopped has run a turn (its signal handlers are set)
+        while result(d.post(f"warm{warm}", "0"))["pid"] != leaving.pid:
+            assert warm < 100, "the first runner never took a turn"
+            warm += 1
         sessions = [f"s{i}" for i in range(8)]
         ids = {
             (s, i): d.post(s, str(i), asynchronous=True, seconds=0.3).json()["request_id"]
@@ -110,9 +113,13 @@ def test_sigterm_of_a_runner_runs_every_accepted_turn_once(nats_url: str, redis_
         turns = {key: result(d.poll(key[0], rid, timeout=60)) for key, rid in ids.items()}
         for s in sessions:
             assert_in_order_and_exclusive([turns[(s, i)] for i in range(6)])
-        assert {key: turn["attempt"] for key, turn in turns.items()} == dict.fromkeys(ids, 1)
-        ran = d.runs()[2:]  # request id, attempt, ... after the warm-up turn
-        assert sorted(ran[0::2]) == sorted(ids.values())  # each turn ran once
+        ran = [rid for rid in d.runs()[0::2] if rid in set(ids.values())]
+        assert sorted(ran) == sorted(ids.values())  # each turn ran once
+        # JetStream counts every delivery, also one that races with a fetch's cancellation or
+        # is given back at close: measured 0-1 extra deliveries per run here, 7-13 when every
+        # consumer held a message per partition and nak'ed them all on close.
+        extra = sum(int(turn["attempt"]) - 1 for turn in turns.values())  # type: ignore[call-overload]
+        assert extra <= 2, {key: turn["attempt"] for key, turn in turns.items()}
     finally:
         d.close()
 

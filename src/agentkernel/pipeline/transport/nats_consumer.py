@@ -146,9 +146,11 @@ class NatsConsumer(TransportConsumer):
             wave, order = order[:demand], order[demand:]
             self._cursor = (wave[-1] + 1) % partitions
             for partition in wave:
+                pull.probing[partition] = loop.time()
                 await self._request(pull, partition, {"batch": 1, "no_wait": True})
             done = functools.partial(self._probed, pull, wave, demand)
             await self._until(done, loop.time() + self._probe_grace())
+            pull.probing.clear()  # a busy partition's late answer says nothing about latency
             self._learn(pull.latencies)
 
     def _probed(self, pull: _Pull, wave: list[int], demand: int) -> bool:
@@ -165,7 +167,6 @@ class NatsConsumer(TransportConsumer):
 
     async def _request(self, pull: _Pull, partition: int, body: dict[str, Any]) -> None:
         reply = f"{pull.inbox}.{partition}"
-        pull.sent[partition] = asyncio.get_running_loop().time()
         await self._nc.publish(self._next_subjects[partition], json.dumps(body).encode(), reply)
 
     async def _until(self, done: Callable[[], bool], deadline: float) -> None:
@@ -182,11 +183,14 @@ class NatsConsumer(TransportConsumer):
         task.add_done_callback(self._retiring.discard)
 
     async def _drain(self, sub: Any) -> None:
-        try:
+        with contextlib.suppress(*CLIENT_ERRORS):
             await asyncio.wait_for(sub.drain(), self._settings.request_timeout)
-        except (*CLIENT_ERRORS, asyncio.CancelledError):
-            with contextlib.suppress(*CLIENT_ERRORS):
-                await sub.unsubscribe()
+            return
+        # The connection is down or closing: nats-py has no public call left to forget the
+        # subscription (drain marked it closed), so drop it from the client here.
+        with contextlib.suppress(Exception):
+            sub._stop_processing()
+            self._nc._remove_sub(sub._id)
 
     def _hold(self, msg: Any) -> None:
         self._held.append((time.monotonic(), msg))
@@ -209,7 +213,7 @@ class NatsConsumer(TransportConsumer):
         while self._held and due(self._held[0][0]):
             received_at, msg = self._held.popleft()
             if time.monotonic() - received_at < self._settings.ack_wait:  # else redelivered
-                logger.debug("giving back %s: no fetch asked for it", _message_id(msg))
+                logger.info("giving back %s: no fetch asked for it", _message_id(msg))
                 task = asyncio.ensure_future(_nak(msg))
                 self._retiring.add(task)
                 task.add_done_callback(self._retiring.discard)
@@ -261,6 +265,8 @@ class NatsConsumer(TransportConsumer):
         self._release(lambda _: True)
         if self._retiring:
             await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
+        with contextlib.suppress(*CLIENT_ERRORS):  # the naks reach the server before we return
+            await self._nc.flush(self._settings.request_timeout)
 
 
 class _Pull:
@@ -270,16 +276,16 @@ class _Pull:
         self.inbox = inbox
         self.answered: set[int] = set()  # partitions that replied (a message or a status)
         self.idle: set[int] = set()  # partitions that had nothing for this request
-        self.sent: dict[int, float] = {}  # partition -> when its request went out (loop time)
-        self.latencies: list[float] = []  # seconds from request to reply
+        self.probing: dict[int, float] = {}  # the current probe wave: partition -> sent at
+        self.latencies: list[float] = []  # seconds from probe to answer, within the wave
         self._hold = hold
         self._changed = changed
 
     async def on_reply(self, msg: Any) -> None:
         status = (msg.headers or {}).get("Status")
         partition = _partition(msg.subject)
-        if partition in self.sent and partition not in self.answered:
-            self.latencies.append(asyncio.get_running_loop().time() - self.sent[partition])
+        if (sent := self.probing.pop(partition, None)) is not None:
+            self.latencies.append(asyncio.get_running_loop().time() - sent)
         self.answered.add(partition)
         if status is None:
             self._hold(msg)
