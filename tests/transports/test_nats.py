@@ -2,17 +2,23 @@
 
 from __future__ import annotations
 
+import logging
+import threading
+import time
 import uuid
 from collections.abc import Iterator
+from typing import Any
 
 import pytest
 
-from agentkernel.core.config import NatsQueueConfig
-from agentkernel.core.errors import AKConfigError, MessageRejectedError
+from agentkernel.core.config import NatsQueueConfig, QueuesConfig
+from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
+from agentkernel.pipeline.consumer import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
+from tests.servers import free_port
 
 pytestmark = pytest.mark.nats
 
@@ -83,10 +89,12 @@ def test_missing_stream_fails_fast_naming_it(nats_url: str) -> None:
 
 def test_missing_consumer_fails_fast_naming_it(nats_url: str) -> None:
     config = settings(nats_url)
-    NatsTransport(config)  # provisions streams and consumers
-    more = config.model_copy(update={"partitions": 5, "auto_provision": False})
-    with pytest.raises(AKConfigError, match=f"{config.input_stream}-p4"):
-        NatsTransport(more)
+    transport = NatsTransport(config)  # provisions streams and consumers
+    transport.run(
+        transport.conn.js.delete_consumer(config.input_stream, f"{config.input_stream}-p2")
+    )
+    with pytest.raises(AKConfigError, match=f"{config.input_stream}-p2"):
+        NatsTransport(config.model_copy(update={"auto_provision": False}))
 
 
 def test_oversized_message_is_refused(nats_url: str) -> None:
@@ -108,3 +116,181 @@ def test_dead_letter_stops_redelivery(nats_url: str) -> None:
     consumer.dead_letter(consumer.fetch(1, 5)[0])
     assert consumer.fetch(1, 2.0) == []
     consumer.close()
+
+
+# -- pulling only on demand (issue 14 item 1) ----------------------------------------------------
+
+
+def test_a_consumer_that_fetched_nothing_holds_nothing(nats_url: str) -> None:
+    transport = NatsTransport(settings(nats_url, ack_wait=30.0))
+    idle = transport.create_consumer(QueueName.INPUT)
+    assert idle.fetch(1, 0.2) == []
+    transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+    time.sleep(0.3)  # long enough for a background pull to take it
+    other = transport.create_consumer(QueueName.INPUT)
+    got = other.fetch(1, 3.0)
+    assert [(m.body, m.receive_count) for m in got] == [("m", 1)]
+    assert idle.held == 0
+
+
+def test_a_fetch_for_one_leases_one(nats_url: str) -> None:
+    transport = NatsTransport(settings(nats_url, ack_wait=30.0))
+    for group in distinct_partition_groups(4, partitions=4):
+        transport.send(QueueName.INPUT, QueueMessage(body=group, group_id=group))
+    first = transport.create_consumer(QueueName.INPUT)
+    assert len(first.fetch(1, 3.0)) == 1
+    others = transport.create_consumer(QueueName.INPUT)
+    got = fetch_all(others, 3, timeout=5.0)
+    assert len(got) == 3 and {m.receive_count for m in got} == {1}
+
+
+def test_a_waiting_fetch_gets_a_busy_partitions_next_message_once_it_frees(nats_url: str) -> None:
+    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=30.0))
+    for body in ("first", "second"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+    holder, waiter = (transport.create_consumer(QueueName.INPUT) for _ in range(2))
+    first = holder.fetch(1, 3.0)[0]
+    threading.Timer(0.5, holder.ack, [first]).start()
+    started = time.monotonic()
+    got = waiter.fetch(1, 5.0)
+    assert [m.body for m in got] == ["second"] and time.monotonic() - started < 3.0
+
+
+def test_close_gives_back_nothing_it_did_not_hand_out(nats_url: str) -> None:
+    transport = NatsTransport(settings(nats_url, ack_wait=30.0))
+    draining = transport.create_consumer(QueueName.INPUT)
+    assert draining.fetch(1, 0.1) == []  # then the loop stops fetching, as during a drain
+    transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+    time.sleep(0.3)
+    draining.close()
+    got = transport.create_consumer(QueueName.INPUT).fetch(1, 3.0)
+    assert [(m.body, m.receive_count) for m in got] == [("m", 1)]
+
+
+def test_close_during_a_waiting_fetch_ends_it_and_costs_no_delivery(nats_url: str) -> None:
+    transport = NatsTransport(settings(nats_url, ack_wait=30.0))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    result: list[object] = []
+    waiting = threading.Thread(target=lambda: result.append(consumer.fetch(1, 5.0)))
+    started = time.monotonic()
+    waiting.start()
+    time.sleep(0.3)
+    consumer.close()
+    waiting.join(10)
+    assert result == [[]] and time.monotonic() - started < 4.0
+    transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+    got = transport.create_consumer(QueueName.INPUT).fetch(1, 3.0)
+    assert [(m.body, m.receive_count) for m in got] == [("m", 1)]
+
+
+def test_a_message_given_back_still_reaches_the_permanent_failure_hook(nats_url: str) -> None:
+    block = QueuesConfig.model_validate(
+        {"type": "nats", "nats": settings(nats_url), "input": {"max_receive_count": 2}}
+    )
+    transport = NatsTransport.from_config(block)
+    transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+    bouncer = transport.create_consumer(QueueName.INPUT)
+    for _ in range(3):  # three deliveries given back (as draining runners would) and counted
+        bouncer.nack(fetch_all(bouncer, 1, timeout=5.0)[0])
+    bouncer.close()
+    answered: list[int] = []
+    loop = ConsumerLoop(
+        process=lambda m: None,
+        on_permanent_failure=lambda m: answered.append(m.receive_count),
+        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
+        max_receive_count=2,
+        wait_seconds=0.2,
+        exit_on_shutdown=False,
+        stop_on_shutdown=False,
+    )
+    thread = threading.Thread(target=loop.run, daemon=True)
+    thread.start()
+    try:
+        deadline = time.monotonic() + 10
+        while not answered and time.monotonic() < deadline:
+            time.sleep(0.05)
+    finally:
+        loop.stop()
+        thread.join(10)
+    assert answered == [4]
+    assert transport.depth(QueueName.INPUT) == 0
+
+
+def fetch_all(consumer: TransportConsumer, n: int, timeout: float) -> list[QueueMessage]:
+    got: list[QueueMessage] = []
+    deadline = time.monotonic() + timeout
+    while len(got) < n and time.monotonic() < deadline:
+        got += consumer.fetch(n - len(got), 0.5)
+    return got
+
+
+# -- existing consumers and partitions (issue 14 item 3) -----------------------------------------
+
+
+def consumer_config(transport: NatsTransport, durable: str) -> Any:
+    stream = transport.settings.input_stream
+    return transport.run(transport.conn.js.consumer_info(stream, durable)).config
+
+
+def test_changed_ack_wait_and_max_deliver_update_existing_consumers(
+    nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    config = settings(nats_url, ack_wait=2.0)
+    NatsTransport(config, {QueueName.INPUT: 4, QueueName.OUTPUT: 4})
+    caplog.set_level(logging.INFO, logger="agentkernel.pipeline.transport.nats")
+    transport = NatsTransport(config.model_copy(update={"ack_wait": 7.0}))
+    for partition in range(config.partitions):
+        current = consumer_config(transport, f"{config.input_stream}-p{partition}")
+        assert (current.ack_wait, current.max_deliver) == (7.0, -1)
+    assert "ack_wait 2.0 (configured: 7.0)" in caplog.text
+
+
+def test_changed_ack_wait_is_refused_when_consumers_are_declared(nats_url: str) -> None:
+    config = settings(nats_url, ack_wait=2.0)
+    NatsTransport(config)
+    declared = config.model_copy(update={"ack_wait": 7.0, "auto_provision": False})
+    with pytest.raises(AKConfigError, match=r"ack_wait 2\.0 \(configured: 7\.0\)"):
+        NatsTransport(declared)
+
+
+@pytest.mark.parametrize("partitions", [3, 5])
+def test_a_partition_count_change_is_refused(nats_url: str, partitions: int) -> None:
+    config = settings(nats_url)
+    NatsTransport(config)
+    with pytest.raises(AKConfigError, match=r"partitions is \d but .* consumers for 4 partitions"):
+        NatsTransport(config.model_copy(update={"partitions": partitions}))
+    transport = NatsTransport(config)  # the original count still starts
+    assert transport.depth(QueueName.INPUT) == 0
+
+
+# -- credentials (issue 14 item 9) ---------------------------------------------------------------
+
+
+def with_password(url: str, port: int | None = None) -> str:
+    host = url.split("://", 1)[1].rsplit(":", 1)[0]
+    return f"nats://ak:{SECRET}@{host}:{port or url.rsplit(':', 1)[1]}"
+
+
+SECRET = "s3cret-pw"
+
+
+def test_a_url_password_is_never_in_thread_names_or_logs(
+    nats_url: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.DEBUG)
+    config = settings(with_password(nats_url), auto_provision=False)
+    with pytest.raises(AKConfigError) as refused:  # the stream does not exist: names the URL
+        NatsTransport(config)
+    assert "ak:***@" in str(refused.value) and SECRET not in str(refused.value)
+    assert all(SECRET not in t.name for t in threading.enumerate())
+    assert any(t.name.startswith("nats-nats://ak:***@") for t in threading.enumerate())
+    assert SECRET not in caplog.text
+
+
+def test_a_url_password_is_not_in_connection_errors(caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    url = with_password("nats://127.0.0.1:1", port=free_port())
+    with pytest.raises(TransportError) as failed:
+        NatsTransport(settings(url, request_timeout=1.0))
+    assert "ak:***@" in str(failed.value) and SECRET not in str(failed.value)
+    assert SECRET not in caplog.text

@@ -2,16 +2,18 @@
 
 from __future__ import annotations
 
+import time
 import uuid
 
 import boto3
 import pytest
 
+from agentkernel.core.config import QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
-from agentkernel.pipeline.transport.sqs import SQSTransport
+from agentkernel.pipeline.transport.sqs import SQSTransport, lease_param, wait_param
 
 pytestmark = pytest.mark.aws
 
@@ -101,3 +103,37 @@ class TestSQSSpecifics:
         monkeypatch.setenv("AK_EXECUTION__QUEUES__OUTPUT__URL", transport.urls[QueueName.OUTPUT])
         built = QueueTransportFactory.create()
         assert isinstance(built, SQSTransport) and built.urls == transport.urls
+
+
+def test_leases_round_up_and_waits_round_down_to_whole_seconds() -> None:
+    leases = [0.2, 1.0, 1.0000001, 2.5, 29.9999999, 50000.0]
+    assert [lease_param(x) for x in leases] == [1, 1, 1, 3, 30, 43200]
+    assert [wait_param(x) for x in [0.0, 0.5, 0.9999999, 1.9, 25.0]] == [0, 0, 1, 1, 20]
+
+
+@pytest.mark.usefixtures("aws")
+class TestSQSLeases:
+    def test_a_fractional_visibility_timeout_is_not_truncated_to_zero(self) -> None:
+        transport = fresh_transport(visibility=30, visibility_timeout=0.5)
+        transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+        first = transport.create_consumer(QueueName.INPUT)
+        assert [m.receive_count for m in first.fetch(1, 1)] == [1]
+        other = transport.create_consumer(QueueName.INPUT)
+        assert other.fetch(1, 0) == []  # int(0.5) == 0 made it visible to everyone at once
+        assert first.lease_seconds == 1.0
+        time.sleep(1.3)
+        assert [m.receive_count for m in other.fetch(1, 1)] == [2]
+
+    def test_the_configured_lease_defaults_to_30_seconds(self) -> None:
+        transport = fresh_transport(visibility=2)
+        urls = {"input": {"url": transport.urls[QueueName.INPUT]}}
+        urls["output"] = {"url": transport.urls[QueueName.OUTPUT]}
+        block = QueuesConfig.model_validate({"type": "sqs", "sqs": {}, **urls})
+        built = SQSTransport.from_config(block).create_consumer(QueueName.INPUT)
+        assert built.lease_seconds == 30.0
+        queue_own = QueuesConfig.model_validate(
+            {"type": "sqs", "sqs": {"visibility_timeout": None}, **urls}
+        )
+        assert (
+            SQSTransport.from_config(queue_own).create_consumer(QueueName.INPUT).lease_seconds == 2
+        )

@@ -101,9 +101,11 @@ class SQSQueueConfig(_Block):
         20.0, ge=0, le=20, description="Longest long poll per receive call, in seconds."
     )
     visibility_timeout: float | None = Field(
-        None,
+        30.0,
         gt=0,
-        description="Seconds a received message stays hidden; default: the queue's own setting.",
+        le=43200,
+        description="Seconds a received message stays hidden (its lease, extended while the turn "
+        "runs); short so a crashed runner costs seconds. null uses the queue's own setting.",
     )
 
 
@@ -119,10 +121,15 @@ class NatsQueueConfig(_Block):
         32,
         ge=1,
         description="Partitions per stream; one message per partition is in flight at a time, so "
-        "this bounds the turns running at once across the whole deployment.",
+        "this bounds the turns running at once across the whole deployment. Cannot change while "
+        "the streams have consumers for another count (start-up fails).",
     )
     ack_wait: float = Field(
-        300.0, gt=0, description="Seconds before an unacknowledged message is redelivered."
+        30.0,
+        gt=0,
+        description="Seconds before an unacknowledged message is redelivered (its lease, extended "
+        "while the turn runs); short so a crashed runner stalls its partitions for seconds. "
+        "Existing consumers are updated at start-up (or refused without auto_provision).",
     )
     duplicate_window: float = Field(
         300.0, gt=0, description="Seconds the stream remembers a Nats-Msg-Id for dedup."

@@ -10,10 +10,13 @@ partitions bounds how many turns the whole deployment runs at once: size it to a
 Mapping: ``dedup_id`` -> ``Nats-Msg-Id`` (the stream's ``duplicate_window``), ``receive_count`` ->
 ``num_delivered``, lease -> ``ack_wait`` (``extend_lease`` sends in-progress), ``nack`` -> ``nak``
 with ``retry_backoff``, ``dead_letter`` -> ``term``. Group id and attributes travel base64-encoded
-in one header, because NATS trims spaces from header values.
+in one header, because NATS trims spaces from header values. The consumers' ``max_deliver`` is
+unlimited by default: JetStream counts every delivery, including one a draining consumer gives
+back, so a server-side cap could stop a turn before the consumer loop answers it.
 
 nats-py is asyncio-only: every call runs on one event-loop thread per server URL, shared by all
 transports and consumers of the process (:meth:`NatsTransport.reset` closes them for tests).
+The consumer, which pulls only while a fetch asks, is in :mod:`.nats_consumer`.
 """
 
 from __future__ import annotations
@@ -23,38 +26,36 @@ import base64
 import contextlib
 import json
 import logging
+import re
 import threading
 import time
 import zlib
+from enum import Enum
 from typing import Any, ClassVar
 
 import nats
-from nats.errors import Error as NatsError
-from nats.errors import TimeoutError as NatsTimeoutError
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from agentkernel.core.config import NatsQueueConfig, QueuesConfig
-from agentkernel.core.errors import (
-    AKConfigError,
-    MessageRejectedError,
-    TransportClosedError,
-    TransportError,
-)
+from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
+from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.event_loop import LoopThread
-from agentkernel.pipeline.transport.base import (
-    QueueTransport,
-    TransportConsumer,
-    require_block,
+from agentkernel.pipeline.transport.base import QueueTransport, require_block
+from agentkernel.pipeline.transport.nats_consumer import (
+    CLIENT_ERRORS,
+    ENVELOPE_HEADER,
+    NatsConsumer,
 )
 
 logger = logging.getLogger(__name__)
 
-ENVELOPE_HEADER = "Ak-Envelope"
-PULL_EXPIRY_SECONDS = 5.0
-REFRESH_AFTER_SECONDS = 1.0
-_ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
+UNLIMITED = -1
+CLIENT_WARNING_INTERVAL_SECONDS = 10.0
+#: Consumer settings reconciled on start; the others cannot change under a running pipeline.
+UPDATABLE = ("ack_wait", "max_deliver", "max_ack_pending")
+FIXED = ("filter_subject", "ack_policy")
 
 
 def partition_of(group_id: str | None, partitions: int) -> int:
@@ -67,30 +68,56 @@ def encode_envelope(message: QueueMessage) -> str:
     return base64.b64encode(json.dumps(doc).encode()).decode()
 
 
-def decode_envelope(header: str | None) -> tuple[str | None, dict[str, str]]:
-    if not header:
-        return None, {}
-    doc = json.loads(base64.b64decode(header))
-    return doc.get("g"), dict(doc.get("a") or {})
-
-
 class _Connection:
     """One client connection and its private event-loop thread."""
 
     def __init__(self, url: str, timeout: float) -> None:
-        self.loop = LoopThread(f"nats-{url}")
-        self.nc: Any = self.loop.run(
-            nats.connect(
-                url, max_reconnect_attempts=-1, reconnect_time_wait=0.5, connect_timeout=timeout
-            ),
-            timeout + 5,
-        )
+        self.loop = LoopThread(f"nats-{redact_url(url)}")
+        try:
+            self.nc: Any = self.loop.run(_connect(url, timeout))
+        except BaseException:
+            self.loop.stop()
+            raise
         self.js: Any = self.nc.jetstream(timeout=timeout)
 
     def close(self) -> None:
-        with contextlib.suppress(*_ERRORS):
+        with contextlib.suppress(*CLIENT_ERRORS):
             self.loop.run(self.nc.close(), 5)
+        with contextlib.suppress(*CLIENT_ERRORS):
+            self.loop.run(_cancel_other_tasks(), 5)
         self.loop.stop()
+
+
+async def _cancel_other_tasks() -> None:
+    """End what consumers left running (inbox drains, give-backs) before the loop stops."""
+    tasks = asyncio.all_tasks() - {asyncio.current_task()}
+    for task in tasks:
+        task.cancel()
+    await asyncio.gather(*tasks, return_exceptions=True)
+
+
+async def _connect(url: str, timeout: float) -> Any:
+    connecting = nats.connect(
+        url,
+        max_reconnect_attempts=-1,
+        reconnect_time_wait=0.5,
+        connect_timeout=timeout,
+        error_cb=_log_client_error,
+    )
+    return await asyncio.wait_for(connecting, timeout + 5)  # cancelled on this loop, not leaked
+
+
+_last_client_warning = [0.0]
+
+
+async def _log_client_error(exc: Exception) -> None:
+    """nats-py reports every failed reconnect here: warn at most every 10 s, else debug."""
+    now = time.monotonic()
+    quiet = now - _last_client_warning[0] < CLIENT_WARNING_INTERVAL_SECONDS
+    if not quiet:
+        _last_client_warning[0] = now
+    level = logging.DEBUG if quiet else logging.WARNING
+    logger.log(level, "NATS client error: %s", redact_url(repr(exc)))
 
 
 class NatsTransport(QueueTransport):
@@ -98,7 +125,15 @@ class NatsTransport(QueueTransport):
 
     Args:
         settings: the ``execution.queues.nats`` block.
-        max_deliver: server-side delivery cap per queue (a backstop above max_receive_count).
+        max_deliver: server-side delivery cap per queue; default unlimited, so that the consumer
+            loop's ``max_receive_count`` decides and its permanent-failure reply is always
+            reached. A cap must leave room above ``max_receive_count`` for deliveries a
+            draining consumer gives back.
+
+    Raises:
+        AKConfigError: a stream or consumer is missing (without ``auto_provision``), an existing
+            consumer's settings differ from ``settings``, or the partition count changed.
+        TransportError: the server is unreachable.
     """
 
     _connections: ClassVar[dict[str, _Connection]] = {}
@@ -106,7 +141,7 @@ class NatsTransport(QueueTransport):
 
     def __init__(self, settings: NatsQueueConfig, max_deliver: dict[QueueName, int] | None = None):
         self.settings = settings
-        self.max_deliver = max_deliver or {QueueName.INPUT: 4, QueueName.OUTPUT: 4}
+        self.max_deliver = max_deliver or {QueueName.INPUT: UNLIMITED, QueueName.OUTPUT: UNLIMITED}
         self.streams = {
             QueueName.INPUT: (settings.input_stream, settings.input_subject_prefix),
             QueueName.OUTPUT: (settings.output_stream, settings.output_subject_prefix),
@@ -118,13 +153,7 @@ class NatsTransport(QueueTransport):
     @classmethod
     def from_config(cls, block: QueuesConfig) -> NatsTransport:
         settings: NatsQueueConfig = require_block(block, "nats")
-        return cls(
-            settings,
-            {
-                QueueName.INPUT: block.input.max_receive_count + 1,
-                QueueName.OUTPUT: block.output.max_receive_count + 1,
-            },
-        )
+        return cls(settings)
 
     @classmethod
     def _connect(cls, url: str, timeout: float) -> _Connection:
@@ -133,8 +162,10 @@ class NatsTransport(QueueTransport):
             if conn is None or conn.nc.is_closed:
                 try:
                     conn = cls._connections[url] = _Connection(url, timeout)
-                except _ERRORS as exc:
-                    raise TransportError(f"cannot connect to NATS at {url}: {exc!r}") from exc
+                except CLIENT_ERRORS as exc:
+                    raise TransportError(
+                        f"cannot connect to NATS at {redact_url(url)}: {redact_url(repr(exc))}"
+                    ) from exc
             return conn
 
     @classmethod
@@ -151,8 +182,8 @@ class NatsTransport(QueueTransport):
             return self.conn.loop.run(coro, timeout or self.settings.request_timeout + 1)
         except NotFoundError:
             raise
-        except _ERRORS as exc:
-            raise TransportError(f"NATS call failed: {exc!r}") from exc
+        except CLIENT_ERRORS as exc:
+            raise TransportError(f"NATS call failed: {redact_url(repr(exc))}") from exc
 
     # -- provisioning -------------------------------------------------------------------------
 
@@ -164,8 +195,9 @@ class NatsTransport(QueueTransport):
         except NotFoundError:
             if not s.auto_provision:
                 raise AKConfigError(
-                    f"execution.queues.nats: stream '{stream}' does not exist on {s.url}; declare "
-                    "it (e.g. a NACK Stream resource) or set auto_provision: true for development"
+                    f"execution.queues.nats: stream '{stream}' does not exist on "
+                    f"{redact_url(s.url)}; declare it (e.g. a NACK Stream resource) or set "
+                    "auto_provision: true for development"
                 ) from None
             config = StreamConfig(
                 name=stream,
@@ -176,30 +208,69 @@ class NatsTransport(QueueTransport):
                 max_age=s.max_age,
             )
             self.run(self.conn.js.add_stream(config))
+        self._check_partition_count(stream)
         for partition in range(s.partitions):
             self._provision_consumer(queue, partition)
 
+    def _check_partition_count(self, stream: str) -> None:
+        """Refuse to start when the stream's partition consumers were made for another count."""
+        pattern = re.compile(rf"{re.escape(stream)}-p(\d+)")
+        found = []
+        for info in self.run(self.conn.js.consumers_info(stream)):
+            if match := pattern.fullmatch(info.name or ""):
+                found.append(int(match.group(1)))
+        existing = max(found) + 1 if found else 0
+        if existing and existing != self.settings.partitions:
+            raise AKConfigError(
+                f"execution.queues.nats.partitions is {self.settings.partitions} but stream "
+                f"'{stream}' has consumers for {existing} partitions; a different count moves "
+                "sessions to other partitions and breaks their order. Let the streams drain, "
+                "delete the consumers, then start with the new count"
+            )
+
     def _provision_consumer(self, queue: QueueName, partition: int) -> None:
         stream, prefix = self.streams[queue]
-        durable = f"{stream}-p{partition}"
-        try:
-            self.run(self.conn.js.consumer_info(stream, durable))
-            return
-        except NotFoundError:
-            if not self.settings.auto_provision:
-                raise AKConfigError(
-                    f"execution.queues.nats: consumer '{durable}' of stream '{stream}' does not "
-                    "exist; declare it or set auto_provision: true for development"
-                ) from None
-        config = ConsumerConfig(
-            durable_name=durable,
+        wanted = ConsumerConfig(
+            durable_name=f"{stream}-p{partition}",
             filter_subject=f"{prefix}.{partition}",
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=self.settings.ack_wait,
             max_deliver=self.max_deliver[queue],
             max_ack_pending=1,
         )
-        self.run(self.conn.js.add_consumer(stream, config))
+        try:
+            info = self.run(self.conn.js.consumer_info(stream, wanted.durable_name))
+        except NotFoundError:
+            if not self.settings.auto_provision:
+                raise AKConfigError(
+                    f"execution.queues.nats: consumer '{wanted.durable_name}' of stream "
+                    f"'{stream}' does not exist; declare it or set auto_provision: true for "
+                    "development"
+                ) from None
+            self.run(self.conn.js.add_consumer(stream, wanted))
+            return
+        self._reconcile(stream, info.config, wanted)
+
+    def _reconcile(self, stream: str, have: ConsumerConfig, wanted: ConsumerConfig) -> None:
+        """Update an existing consumer whose lease or delivery settings changed, or refuse."""
+        name = wanted.durable_name
+        fixed = _differences(have, wanted, FIXED)
+        if fixed:
+            raise AKConfigError(
+                f"execution.queues.nats: consumer '{name}' of stream '{stream}' has {fixed}; "
+                "it cannot be changed in place: delete it (after the stream drained) to recreate"
+            )
+        changed = _differences(have, wanted, UPDATABLE)
+        if not changed:
+            return
+        if not self.settings.auto_provision:
+            raise AKConfigError(
+                f"execution.queues.nats: consumer '{name}' of stream '{stream}' has {changed}; "
+                "update the declared consumer, or set auto_provision: true to let agentkernel "
+                "update it"
+            )
+        self.run(self.conn.js.add_consumer(stream, wanted))  # JetStream updates these in place
+        logger.info("updated NATS consumer %s of %s: %s", name, stream, changed)
 
     # -- QueueTransport -----------------------------------------------------------------------
 
@@ -235,123 +306,25 @@ class NatsTransport(QueueTransport):
 
     def ping(self) -> None:
         if not self.conn.nc.is_connected:
-            raise TransportError(f"not connected to NATS at {self.settings.url}")
+            raise TransportError(f"not connected to NATS at {redact_url(self.settings.url)}")
         self.run(self.conn.nc.flush(self.settings.request_timeout))
 
 
-class NatsConsumer(TransportConsumer):
-    """Keeps one pull request open per partition and hands out whatever arrives.
-
-    A pull task per partition runs on the connection's loop and feeds a local queue, so a fetch
-    costs no round trip and a message reaches the consumer as soon as the server releases it.
-    With ``max_ack_pending=1`` at most one message per partition waits in that queue. A message
-    that waited there a while gets its lease restarted when handed out; one that waited longer
-    than ``ack_wait`` has been redelivered by the server already and is dropped.
-    """
-
-    def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
-        self._transport = transport
-        self._stream, _ = transport.streams[queue]
-        self._settings = transport.settings
-        js = transport.conn.js
-        self._subs: list[Any] = [
-            transport.run(js.pull_subscribe_bind(f"{self._stream}-p{p}", self._stream))
-            for p in range(self._settings.partitions)
-        ]
-        self._arrivals: asyncio.Queue[tuple[float, Any]] = transport.run(_new_queue())
-        self._pullers: list[asyncio.Task[None]] = transport.run(self._start_pullers())
-        self._closed = False
-
-    async def _start_pullers(self) -> list[asyncio.Task[None]]:
-        return [asyncio.ensure_future(self._pull_forever(sub)) for sub in self._subs]
-
-    async def _pull_forever(self, sub: Any) -> None:
-        while True:
-            try:
-                for msg in await sub.fetch(1, timeout=PULL_EXPIRY_SECONDS):
-                    self._arrivals.put_nowait((time.monotonic(), msg))
-            except (TimeoutError, NatsTimeoutError):
-                continue
-            except NatsError:  # disconnected or reconnecting: try again shortly
-                await asyncio.sleep(0.5)
-
-    @property
-    def lease_seconds(self) -> float:
-        return self._settings.ack_wait
-
-    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        if self._closed:
-            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
-        wait = max(wait_seconds, 0.0)
-        arrived = self._transport.run(self._next(batch_size, wait), wait + 5)
-        now, out = time.monotonic(), []
-        for received_at, msg in arrived:
-            age = now - received_at
-            if age >= self._settings.ack_wait:
-                continue  # its lease ran out while it waited here: the server redelivered it
-            message = self._decode(msg)
-            if age > REFRESH_AFTER_SECONDS:
-                self.extend_lease(message)
-            out.append(message)
-        return out
-
-    async def _next(self, batch_size: int, wait: float) -> list[tuple[float, Any]]:
-        try:
-            first = await asyncio.wait_for(self._arrivals.get(), wait) if wait else None
-        except TimeoutError:
-            return []
-        out = [] if first is None else [first]
-        while len(out) < batch_size and not self._arrivals.empty():
-            out.append(self._arrivals.get_nowait())
-        return out
-
-    def _decode(self, msg: Any) -> QueueMessage:
-        headers = msg.headers or {}
-        group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
-        meta = msg.metadata
-        return QueueMessage(
-            body=msg.data.decode(),
-            attributes=attributes,
-            group_id=group,
-            dedup_id=headers.get("Nats-Msg-Id"),
-            receive_count=int(meta.num_delivered),
-            message_id=f"{self._stream}:{meta.sequence.stream}",
-            native=msg,
-        )
-
-    def ack(self, message: QueueMessage) -> None:
-        self._transport.run(message.native.ack_sync(timeout=self._settings.request_timeout))
-
-    def nack(self, message: QueueMessage) -> None:
-        delay = self._settings.retry_backoff or None
-        self._transport.run(message.native.nak(delay=delay))
-
-    def dead_letter(self, message: QueueMessage) -> None:
-        """Terminate redelivery; the stream's ``max_deliver`` is the server-side backstop."""
-        self._transport.run(message.native.term())
-
-    def extend_lease(self, message: QueueMessage) -> None:
-        self._transport.run(message.native.in_progress())
-
-    def close(self) -> None:
-        if self._closed:
-            return
-        self._closed = True
-        with contextlib.suppress(TransportError):
-            self._transport.run(self._stop_pullers())
-        for sub in self._subs:
-            with contextlib.suppress(TransportError, NatsError):
-                self._transport.run(sub.unsubscribe())
-
-    async def _stop_pullers(self) -> None:
-        for task in self._pullers:
-            task.cancel()
-        await asyncio.gather(*self._pullers, return_exceptions=True)
-        while not self._arrivals.empty():  # received but never handed out: give them back now
-            _, msg = self._arrivals.get_nowait()
-            with contextlib.suppress(*_ERRORS):
-                await msg.nak()
+def _differences(have: ConsumerConfig, wanted: ConsumerConfig, fields: tuple[str, ...]) -> str:
+    """``ack_wait 300.0 (configured: 30.0)``, ... for the fields that differ; '' when none."""
+    out = []
+    for field in fields:
+        current, target = _normal(getattr(have, field)), _normal(getattr(wanted, field))
+        if current != target:
+            out.append(f"{field} {current} (configured: {target})")
+    return ", ".join(out)
 
 
-async def _new_queue() -> asyncio.Queue[tuple[float, Any]]:
-    return asyncio.Queue()  # created on the loop that will use it
+def _normal(value: Any) -> Any:
+    if isinstance(value, Enum):
+        return value.value
+    if value is None:
+        return UNLIMITED  # the server reports an unset cap as absent
+    if isinstance(value, float):
+        return round(value, 3)
+    return value

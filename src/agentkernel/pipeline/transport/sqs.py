@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import json
 import logging
+import math
 import threading
 import time
 import uuid
@@ -30,6 +31,7 @@ from agentkernel.core.errors import (
     TransportClosedError,
     TransportError,
 )
+from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import (
     QueueTransport,
@@ -40,6 +42,9 @@ from agentkernel.pipeline.transport.base import (
 logger = logging.getLogger(__name__)
 
 MAX_ATTRIBUTES = 10
+MAX_WAIT_SECONDS = 20
+MAX_VISIBILITY_SECONDS = 43200
+_FLOAT_SLACK = 1e-6  # 2.9999999 computed from floats still means 3 s
 SHORT_POLL_IDLE_SECONDS = 0.2
 MAX_MESSAGE_BYTES = 256 * 1024
 EMPTY_TYPE = "String.empty"
@@ -50,6 +55,18 @@ _STALE_HANDLE_CODES = {"ReceiptHandleIsInvalid", "InvalidParameterValue", "Messa
 def _client(region_name: str | None, endpoint_url: str | None) -> Any:
     config = Config(retries={"max_attempts": 3, "mode": "standard"}, max_pool_connections=50)
     return boto3.client("sqs", region_name=region_name, endpoint_url=endpoint_url, config=config)
+
+
+def lease_param(seconds: float) -> int:
+    """A visibility timeout in the whole seconds SQS takes, rounded up: a shorter lease would let
+    another consumer receive the message while it is still being handled."""
+    return min(MAX_VISIBILITY_SECONDS, max(0, math.ceil(seconds - _FLOAT_SLACK)))
+
+
+def wait_param(seconds: float) -> int:
+    """A long-poll wait in whole seconds, rounded down: a receive must not outlast the wait the
+    caller asked for (the remainder is slept after an empty short poll)."""
+    return min(MAX_WAIT_SECONDS, max(0, math.floor(seconds + _FLOAT_SLACK)))
 
 
 def encode_attributes(attributes: dict[str, str]) -> dict[str, dict[str, str]]:
@@ -102,7 +119,8 @@ class SQSTransport(QueueTransport):
         region_name: AWS region; default from the environment.
         endpoint_url: override the endpoint (``AWS_ENDPOINT_URL`` works too).
         wait_time_seconds: longest long poll per receive call (0-20).
-        visibility_timeout: lease in seconds; default each queue's own setting.
+        visibility_timeout: lease in seconds, rounded up to whole seconds; default each queue's
+            own setting (``execution.queues.sqs.visibility_timeout`` defaults to 30 s).
     """
 
     def __init__(
@@ -195,8 +213,10 @@ class SQSConsumer(TransportConsumer):
         self._wait = transport.wait_time_seconds
         self.fetch_wait_slice_seconds = transport.wait_time_seconds
         attrs = transport.queue_attributes(queue, "VisibilityTimeout", "RedrivePolicy")
-        self._override = transport.visibility_timeout
-        self._lease = self._override or float(attrs.get("VisibilityTimeout", 30))
+        override = transport.visibility_timeout
+        self._override = None if override is None else lease_param(override)
+        queue_lease = float(attrs.get("VisibilityTimeout", 30))
+        self._lease = float(self._override) if self._override is not None else queue_lease
         self._has_redrive = bool(attrs.get("RedrivePolicy"))
         self._client = _client(transport.region_name, transport.endpoint_url)
         self._closed = False
@@ -207,11 +227,11 @@ class SQSConsumer(TransportConsumer):
 
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
         if self._closed:
-            raise TransportClosedError(f"SQS consumer of {self._url} is closed")
+            raise TransportClosedError(f"SQS consumer of {redact_url(self._url)} is closed")
         kwargs: dict[str, Any] = {
             "QueueUrl": self._url,
             "MaxNumberOfMessages": max(1, min(batch_size, 10)),
-            "WaitTimeSeconds": int(max(0.0, min(wait_seconds, self._wait, 20.0))),
+            "WaitTimeSeconds": wait_param(min(wait_seconds, self._wait)),
             "MessageAttributeNames": ["All"],
             "MessageSystemAttributeNames": [
                 "ApproximateReceiveCount",
@@ -220,7 +240,7 @@ class SQSConsumer(TransportConsumer):
             ],
         }
         if self._override is not None:
-            kwargs["VisibilityTimeout"] = int(self._override)
+            kwargs["VisibilityTimeout"] = self._override
         try:
             reply = self._client.receive_message(**kwargs)
         except _BOTO_ERRORS as exc:
@@ -256,7 +276,7 @@ class SQSConsumer(TransportConsumer):
             "change_message_visibility",
             message,
             ReceiptHandle=message.native,
-            VisibilityTimeout=int(self._lease),
+            VisibilityTimeout=lease_param(self._lease),
         )
 
     def dead_letter(self, message: QueueMessage) -> None:
@@ -267,15 +287,16 @@ class SQSConsumer(TransportConsumer):
             self.ack(message)
 
     def _call(self, operation: str, message: QueueMessage, **kwargs: Any) -> None:
+        where = redact_url(self._url)
         try:
             getattr(self._client, operation)(QueueUrl=self._url, **kwargs)
         except ClientError as exc:
             if exc.response.get("Error", {}).get("Code") in _STALE_HANDLE_CODES:
                 logger.debug("%s of %s: stale receipt handle", operation, message.message_id)
                 return
-            raise TransportError(f"SQS {operation} on {self._url} failed: {exc}") from exc
+            raise TransportError(f"SQS {operation} on {where} failed: {exc}") from exc
         except BotoCoreError as exc:
-            raise TransportError(f"SQS {operation} on {self._url} failed: {exc}") from exc
+            raise TransportError(f"SQS {operation} on {where} failed: {exc}") from exc
 
     def close(self) -> None:
         if not self._closed:
@@ -284,6 +305,7 @@ class SQSConsumer(TransportConsumer):
 
 
 def _map_error(exc: Exception, url: str) -> Exception:
+    url = redact_url(url)
     code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else ""
     if "NonExistentQueue" in code or code == "QueueDoesNotExist":
         return AKConfigError(

@@ -1,0 +1,60 @@
+"""Keep credentials out of thread names, log lines and error messages.
+
+Broker and store URLs may carry a password or a token (``nats://user:secret@host``,
+``redis://:secret@host/0``, ``...?token=secret``). Every place that formats such a URL for a human
+goes through :func:`redact_url` first.
+"""
+
+from __future__ import annotations
+
+import re
+from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
+
+MASK = "***"
+SECRET_QUERY_KEYS = frozenset({"password", "pass", "passwd", "token", "secret", "auth", "key"})
+_URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>,]+")
+_PASSWORD = re.compile(r"(://[^:/@\s]*):[^@/\s]*@")  # also when the password holds a comma
+
+
+def redact_url(text: str) -> str:
+    """Return ``text`` with the password, token and secret query values of every URL in it
+    replaced by ``***``.
+
+    ``user:password@`` keeps the user name; a lone ``token@`` is masked whole (NATS and Redis
+    read it as a token). Works on a single URL, a comma-separated list of them, or a message
+    (an exception's text) that mentions URLs.
+    """
+    text = _PASSWORD.sub(rf"\1:{MASK}@", text)
+    return _URL.sub(lambda match: _redact_one(match.group(0)), text)
+
+
+def _redact_one(url: str) -> str:
+    try:
+        parts = urlsplit(url)
+    except ValueError:
+        return url.split("://", 1)[0] + f"://{MASK}"  # unparseable: keep only the scheme
+    netloc = _redact_netloc(parts.netloc)
+    query = _redact_query(parts.query)
+    if (netloc, query) == (parts.netloc, parts.query):
+        return url
+    return urlunsplit(parts._replace(netloc=netloc, query=query))
+
+
+def _redact_netloc(netloc: str) -> str:
+    userinfo, at, host = netloc.rpartition("@")
+    if not at:
+        return netloc
+    user, colon, _ = userinfo.partition(":")
+    return f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
+
+
+def _redact_query(query: str) -> str:
+    if not query:
+        return query
+    pairs = parse_qsl(query, keep_blank_values=True)
+    if not any(name.lower() in SECRET_QUERY_KEYS for name, _ in pairs):
+        return query
+    return urlencode(
+        [(name, MASK if name.lower() in SECRET_QUERY_KEYS else value) for name, value in pairs],
+        safe="*",
+    )

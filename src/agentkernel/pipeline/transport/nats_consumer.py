@@ -1,0 +1,314 @@
+"""The NATS JetStream consumer: pulls from the partitions only while a fetch asks.
+
+See :mod:`agentkernel.pipeline.transport.nats` for the stream and partition layout. This module
+holds the receiving side: how a fetch asks the partition consumers for messages without leasing
+more than it asked for, and how a closing consumer gives back what it still holds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import contextlib
+import functools
+import json
+import logging
+import time
+from collections import deque
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from nats.errors import Error as NatsError
+
+from agentkernel.core.errors import TransportClosedError, TransportError
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.transport.base import TransportConsumer
+
+if TYPE_CHECKING:
+    from agentkernel.pipeline.transport.nats import NatsTransport
+
+logger = logging.getLogger(__name__)
+
+ENVELOPE_HEADER = "Ak-Envelope"
+#: A no-wait probe not answered within four times the usual answer time (at least this, at most
+#: the maximum) targets a partition whose message is in flight elsewhere; its request stays open
+#: until the fetch ends.
+PROBE_GRACE_SECONDS = 0.005
+MAX_PROBE_GRACE_SECONDS = 0.2
+INITIAL_ANSWER_SECONDS = 0.002
+#: A message received after its fetch returned waits this long for the next fetch, then is
+#: given back (at most a third of ``ack_wait``).
+HOLD_SECONDS = 2.0
+REFRESH_AFTER_SECONDS = 1.0
+CLIENT_ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
+
+
+def decode_envelope(header: str | None) -> tuple[str | None, dict[str, str]]:
+    if not header:
+        return None, {}
+    doc = json.loads(base64.b64decode(header))
+    return doc.get("g"), dict(doc.get("a") or {})
+
+
+class NatsConsumer(TransportConsumer):
+    """Pulls from the partitions only while a fetch asks for messages.
+
+    A fetch for ``n`` messages first probes the partitions ``n`` at a time with no-wait pull
+    requests: an empty partition answers "no messages" at once, a partition whose one message is
+    in flight elsewhere keeps the request open, so a fetch leases about ``n`` messages, not one
+    per partition. When every partition was probed and nothing came, it long-polls the empty
+    ones for the rest of the wait. All requests of a fetch reply to one inbox, which is
+    unsubscribed when the fetch ends: JetStream then skips the requests still open, without
+    counting a delivery. A message that arrived in that last round trip is kept for the next
+    fetch (with its lease restarted); if no fetch takes it within a few seconds, or the consumer
+    closes, it is given back with ``nak``, which JetStream counts as a delivery.
+    """
+
+    def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
+        self._transport = transport
+        self._stream, _ = transport.streams[queue]
+        self._settings = transport.settings
+        self._nc = transport.conn.nc
+        self._next_subjects = [
+            f"$JS.API.CONSUMER.MSG.NEXT.{self._stream}.{self._stream}-p{p}"
+            for p in range(self._settings.partitions)
+        ]
+        self._held: deque[tuple[float, Any]] = deque()  # received, not yet handed out
+        self._hold_limit = min(HOLD_SECONDS, self._settings.ack_wait / 3)
+        self._retiring: set[asyncio.Task[None]] = set()
+        self._release_timer: asyncio.TimerHandle | None = None
+        self._changed: asyncio.Event = transport.run(_new_event())
+        self._cursor = 0
+        self._answer_seconds = INITIAL_ANSWER_SECONDS
+        self._closed = False
+
+    @property
+    def lease_seconds(self) -> float:
+        return self._settings.ack_wait
+
+    @property
+    def held(self) -> int:
+        """Messages received from the server and not handed out yet (for tests and metrics)."""
+        return len(self._held)
+
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        if self._closed:
+            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
+        wait = max(wait_seconds, 0.0)
+        arrived = self._transport.run(
+            self._fetch(max(batch_size, 1), wait), wait + self._settings.request_timeout
+        )
+        now, out = time.monotonic(), []
+        for received_at, msg in arrived:
+            age = now - received_at
+            if age >= self._settings.ack_wait:
+                continue  # its lease ran out while it waited here: the server redelivered it
+            message = self._decode(msg)
+            if age > REFRESH_AFTER_SECONDS:
+                self.extend_lease(message)
+            out.append(message)
+        return out
+
+    # -- pulling (on the connection's loop) ----------------------------------------------------
+
+    async def _fetch(self, batch: int, wait: float) -> list[tuple[float, Any]]:
+        if not self._held and not self._closed:
+            await self._pull(batch, wait)
+        out: list[tuple[float, Any]] = []
+        while self._held and len(out) < batch:
+            out.append(self._held.popleft())
+        return out
+
+    async def _pull(self, demand: int, wait: float) -> None:
+        """Ask the partitions for up to ``demand`` messages, waiting at most ``wait`` seconds."""
+        deadline = asyncio.get_running_loop().time() + wait
+        pull = _Pull(self._nc.new_inbox(), self._hold, self._changed)
+        sub = await self._nc.subscribe(f"{pull.inbox}.*", cb=pull.on_reply)
+        try:
+            await self._probe(pull, demand, deadline)
+            left = deadline - asyncio.get_running_loop().time()
+            if not self._held and left > 0:  # busy partitions' probes are still open, too
+                body = {"batch": 1, "expires": int(left * 1e9)}
+                for partition in sorted(pull.idle):
+                    await self._request(pull, partition, body)
+                await self._until(lambda: bool(self._held), deadline)
+        finally:
+            self._retire(sub)
+
+    async def _probe(self, pull: _Pull, demand: int, deadline: float) -> None:
+        """Probe the partitions ``demand`` at a time until one has a message or all were asked."""
+        partitions = len(self._next_subjects)
+        order = [(self._cursor + i) % partitions for i in range(partitions)]
+        loop = asyncio.get_running_loop()
+        while order and not self._held and not self._closed:
+            if len(order) < partitions and loop.time() >= deadline:
+                return  # the first wave always goes out, even for a wait of 0
+            wave, order = order[:demand], order[demand:]
+            self._cursor = (wave[-1] + 1) % partitions
+            for partition in wave:
+                pull.probing[partition] = loop.time()
+                await self._request(pull, partition, {"batch": 1, "no_wait": True})
+            done = functools.partial(self._probed, pull, wave, demand)
+            await self._until(done, loop.time() + self._probe_grace())
+            pull.probing.clear()  # a busy partition's late answer says nothing about latency
+            self._learn(pull.latencies)
+
+    def _probed(self, pull: _Pull, wave: list[int], demand: int) -> bool:
+        return pull.answered.issuperset(wave) or len(self._held) >= demand
+
+    def _probe_grace(self) -> float:
+        """How long an unanswered probe may take before its partition counts as busy."""
+        return min(max(4 * self._answer_seconds, PROBE_GRACE_SECONDS), MAX_PROBE_GRACE_SECONDS)
+
+    def _learn(self, latencies: list[float]) -> None:
+        for latency in latencies:  # moving average of how fast the server answers a probe
+            self._answer_seconds += (latency - self._answer_seconds) / 8
+        latencies.clear()
+
+    async def _request(self, pull: _Pull, partition: int, body: dict[str, Any]) -> None:
+        reply = f"{pull.inbox}.{partition}"
+        await self._nc.publish(self._next_subjects[partition], json.dumps(body).encode(), reply)
+
+    async def _until(self, done: Callable[[], bool], deadline: float) -> None:
+        loop = asyncio.get_running_loop()
+        while not done() and not self._closed and (left := deadline - loop.time()) > 0:
+            self._changed.clear()
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._changed.wait(), left)
+
+    def _retire(self, sub: Any) -> None:
+        """Cancel a fetch's open requests: unsubscribe, and keep what arrived before that."""
+        task = asyncio.ensure_future(self._drain(sub))
+        self._retiring.add(task)
+        task.add_done_callback(self._retiring.discard)
+
+    async def _drain(self, sub: Any) -> None:
+        with contextlib.suppress(*CLIENT_ERRORS):
+            await asyncio.wait_for(sub.drain(), self._settings.request_timeout)
+            return
+        # The connection is down or closing: nats-py has no public call left to forget the
+        # subscription (drain marked it closed), so drop it from the client here.
+        with contextlib.suppress(Exception):
+            sub._stop_processing()
+            self._nc._remove_sub(sub._id)
+
+    def _hold(self, msg: Any) -> None:
+        self._held.append((time.monotonic(), msg))
+        if self._closed:
+            self._release(lambda _: True)
+        elif self._release_timer is None:
+            loop = asyncio.get_running_loop()
+            self._release_timer = loop.call_later(self._hold_limit, self._release_stale)
+
+    def _release_stale(self) -> None:
+        self._release_timer = None
+        now = time.monotonic()
+        self._release(lambda received_at: now - received_at >= self._hold_limit)
+        if self._held:
+            due = self._held[0][0] + self._hold_limit - now
+            self._release_timer = asyncio.get_running_loop().call_later(due, self._release_stale)
+
+    def _release(self, due: Callable[[float], bool]) -> None:
+        """Give back held messages for which ``due(received_at)`` holds (oldest first)."""
+        while self._held and due(self._held[0][0]):
+            received_at, msg = self._held.popleft()
+            if time.monotonic() - received_at < self._settings.ack_wait:  # else redelivered
+                logger.info("giving back %s: no fetch asked for it", _message_id(msg))
+                task = asyncio.ensure_future(_nak(msg))
+                self._retiring.add(task)
+                task.add_done_callback(self._retiring.discard)
+
+    # -- messages ------------------------------------------------------------------------------
+
+    def _decode(self, msg: Any) -> QueueMessage:
+        headers = msg.headers or {}
+        group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
+        meta = msg.metadata
+        return QueueMessage(
+            body=msg.data.decode(),
+            attributes=attributes,
+            group_id=group,
+            dedup_id=headers.get("Nats-Msg-Id"),
+            receive_count=int(meta.num_delivered),
+            message_id=f"{self._stream}:{meta.sequence.stream}",
+            native=msg,
+        )
+
+    def ack(self, message: QueueMessage) -> None:
+        self._transport.run(message.native.ack_sync(timeout=self._settings.request_timeout))
+
+    def nack(self, message: QueueMessage) -> None:
+        delay = self._settings.retry_backoff or None
+        self._transport.run(message.native.nak(delay=delay))
+
+    def dead_letter(self, message: QueueMessage) -> None:
+        """Terminate redelivery of the message."""
+        self._transport.run(message.native.term())
+
+    def extend_lease(self, message: QueueMessage) -> None:
+        self._transport.run(message.native.in_progress())
+
+    def close(self) -> None:
+        """Stop pulling, then give back what was received and not handed out."""
+        if self._closed:
+            return
+        self._closed = True
+        with contextlib.suppress(TransportError):
+            self._transport.run(self._shutdown(), self._settings.request_timeout + 5)
+
+    async def _shutdown(self) -> None:
+        self._changed.set()  # a fetch still waiting (closed from another thread) ends now
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+        if self._retiring:  # pull inboxes drained: nothing more can arrive
+            await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
+        self._release(lambda _: True)
+        if self._retiring:
+            await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
+        with contextlib.suppress(*CLIENT_ERRORS):  # the naks reach the server before we return
+            await self._nc.flush(self._settings.request_timeout)
+
+
+class _Pull:
+    """The pull requests of one fetch: they all reply to ``<inbox>.<partition>``."""
+
+    def __init__(self, inbox: str, hold: Callable[[Any], None], changed: asyncio.Event) -> None:
+        self.inbox = inbox
+        self.answered: set[int] = set()  # partitions that replied (a message or a status)
+        self.idle: set[int] = set()  # partitions that had nothing for this request
+        self.probing: dict[int, float] = {}  # the current probe wave: partition -> sent at
+        self.latencies: list[float] = []  # seconds from probe to answer, within the wave
+        self._hold = hold
+        self._changed = changed
+
+    async def on_reply(self, msg: Any) -> None:
+        status = (msg.headers or {}).get("Status")
+        partition = _partition(msg.subject)
+        if (sent := self.probing.pop(partition, None)) is not None:
+            self.latencies.append(asyncio.get_running_loop().time() - sent)
+        self.answered.add(partition)
+        if status is None:
+            self._hold(msg)
+        elif status in ("404", "408"):  # no messages; expired or others are waiting first
+            self.idle.add(partition)
+        self._changed.set()
+
+
+def _partition(subject: str) -> int:
+    tail = subject.rsplit(".", 1)[-1]
+    return int(tail) if tail.isdigit() else -1
+
+
+def _message_id(msg: Any) -> str:
+    with contextlib.suppress(Exception):
+        return f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
+    return "?"
+
+
+async def _nak(msg: Any) -> None:
+    with contextlib.suppress(*CLIENT_ERRORS):
+        await msg.nak()
+
+
+async def _new_event() -> asyncio.Event:
+    return asyncio.Event()  # created on the loop that will use it
