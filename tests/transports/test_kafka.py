@@ -94,10 +94,14 @@ from agentkernel.pipeline.transport.in_memory import ManualClock  # noqa: E402
 
 
 def check_bookkeeping(store: BookkeepingStore, advance: Any) -> None:
-    key = uuid.uuid4().hex
-    assert [store.incr_attempts(key) for _ in range(3)] == [1, 2, 3]
-    store.clear_attempts(key)
-    assert store.incr_attempts(key) == 1
+    part = f"g:t-{uuid.uuid4().hex}:0"
+    assert [store.start_delivery(part, 7) for _ in range(3)] == [1, 2, 3]
+    store.finish(part, 7)
+    assert store.start_delivery(part, 7) == 0  # finished: the next owner skips it
+    assert store.start_delivery(part, 8) == 1
+    store.forget(part, 8, [7])  # a commit at 8 covers offset 7
+    assert store.start_delivery(part, 7) == 1  # nothing left of it
+    assert store.start_delivery(part, 8) == 2  # not covered: its count goes on
     dedup = uuid.uuid4().hex
     assert store.claim_dedup(dedup, "t:0:5", 1.0)
     assert store.claim_dedup(dedup, "t:0:5", 1.0)  # the owner's redelivery is not a duplicate
