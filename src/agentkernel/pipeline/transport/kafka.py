@@ -317,8 +317,14 @@ class KafkaConsumer(TransportConsumer):
         self._buffer(records)
 
     def _leave(self) -> None:
+        try:  # commit while still a group member; close() then finds nothing left to commit
+            with self._lock:
+                numbers = set(self._parts)
+            self._commit_confirmed(self._release(numbers, drain=False))
+        except Exception:
+            logger.exception("final commit on %s failed", self._topic)
         try:
-            self._consumer.close()  # runs _revoked: commits what is finished
+            self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("closing the Kafka consumer of %s failed: %s", self._topic, exc)
 
@@ -434,16 +440,16 @@ class KafkaConsumer(TransportConsumer):
     def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
         """Let the turns in hand on these partitions finish (bounded), commit, hand over."""
         try:
-            self._commit_confirmed(self._release(partitions, drain=not self._stop.is_set()))
+            numbers = {tp.partition for tp in partitions}
+            self._commit_confirmed(self._release(numbers, drain=not self._stop.is_set()))
         except Exception:  # an exception here would surface in an unrelated consume()
             logger.exception("giving up partitions of %s failed", self._topic)
 
     def _lost(self, consumer: Any, partitions: list[Any]) -> None:
         """The group already gave these partitions away: nothing to wait for or commit."""
-        self._release(partitions, drain=False)
+        self._release({tp.partition for tp in partitions}, drain=False)
 
-    def _release(self, partitions: list[Any], drain: bool) -> list[tuple[_Partition, int]]:
-        numbers = {tp.partition for tp in partitions}
+    def _release(self, numbers: set[int], drain: bool) -> list[tuple[_Partition, int]]:
         timeout = self._transport.settings.rebalance_drain_timeout if drain else 0.0
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -456,7 +462,7 @@ class KafkaConsumer(TransportConsumer):
                 del self._parts[part.number]  # the next owner starts at the committed offset
                 if part.in_flight:
                     logger.warning(
-                        "handing over %s with %s records still running (rebalance_drain_timeout)",
+                        "giving up %s with %s records running: the next owner runs them again",
                         part.books_key,
                         len(part.in_flight),
                     )
