@@ -383,7 +383,8 @@ class KafkaConsumer(TransportConsumer):
                 if part is None:
                     continue  # handed over; _revoked committed it
                 if err is not None or tp.error is not None:
-                    logger.warning("commit of %s[%s] failed: %s", tp.topic, tp.partition, err)
+                    reason = err or tp.error
+                    logger.warning("commit of %s[%s] failed: %s", tp.topic, tp.partition, reason)
                     part.requested = part.committed  # the next round commits again
                 elif tp.offset > part.committed:
                     part.committed = tp.offset
