@@ -1,18 +1,44 @@
-"""A consumer process for the kill -9 test: fetches records, reports them, never acks."""
+"""A consumer process for the kill -9 tests: fetches records, reports them, then waits to die.
+
+Arguments: the settings as JSON, how many records to fetch, and what to do with them:
+
+- ``hold``: acknowledge nothing;
+- ``ack-behind``: keep the record with the lowest offset in flight, acknowledge the others;
+- ``ack-behind-unmarked``: the same, with a bookkeeping store that loses the finished marks.
+
+Prints one JSON line ``[body, receive_count]`` per record, then ``"settled"``.
+"""
 
 import json
 import sys
 
 from agentkernel.core.config import KafkaQueueConfig
 from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.transport.bookkeeping import RedisBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaTransport
 
+
+class UnmarkedBookkeeping(RedisBookkeepingStore):
+    """Redis bookkeeping whose finished marks never arrive (as when Redis fails at ack time)."""
+
+    def finish(self, partition: str, offset: int) -> None:
+        pass
+
+
 settings = KafkaQueueConfig.model_validate_json(sys.argv[1])
-transport = KafkaTransport(settings)
-consumer = transport.create_consumer(QueueName.INPUT)
+wanted, mode = int(sys.argv[2]), sys.argv[3]
+books = None
+if mode == "ack-behind-unmarked":
+    books = UnmarkedBookkeeping(settings.bookkeeping_redis_url, f"ak:{settings.group_id}:")
+consumer = KafkaTransport(settings, books).create_consumer(QueueName.INPUT)
 held = []
-while len(held) < int(sys.argv[2]):
+while len(held) < wanted:
     for message in consumer.fetch(10, 1.0):
         held.append(message)
         print(json.dumps([message.body, message.receive_count]), flush=True)
-sys.stdin.read()  # hold everything in flight until killed
+if mode != "hold":
+    held.sort(key=lambda m: int((m.message_id or "").rsplit(":", 1)[1]))
+    for message in held[1:]:
+        consumer.ack(message)
+print(json.dumps("settled"), flush=True)
+sys.stdin.read()  # hold the rest in flight until killed

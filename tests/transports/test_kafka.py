@@ -77,6 +77,7 @@ def test_unreachable_broker_fails_the_send(tansu_broker: Any) -> None:
 # -- bookkeeping ----------------------------------------------------------------------------------
 
 import json  # noqa: E402
+import queue  # noqa: E402
 import signal  # noqa: E402
 import subprocess  # noqa: E402
 import sys  # noqa: E402
@@ -94,10 +95,14 @@ from agentkernel.pipeline.transport.in_memory import ManualClock  # noqa: E402
 
 
 def check_bookkeeping(store: BookkeepingStore, advance: Any) -> None:
-    key = uuid.uuid4().hex
-    assert [store.incr_attempts(key) for _ in range(3)] == [1, 2, 3]
-    store.clear_attempts(key)
-    assert store.incr_attempts(key) == 1
+    part = f"g:t-{uuid.uuid4().hex}:0"
+    assert [store.start_delivery(part, 7) for _ in range(3)] == [1, 2, 3]
+    store.finish(part, 7)
+    assert store.start_delivery(part, 7) == 0  # finished: the next owner skips it
+    assert store.start_delivery(part, 8) == 1
+    store.forget(part, 8, [7])  # a commit at 8 covers offset 7
+    assert store.start_delivery(part, 7) == 1  # nothing left of it
+    assert store.start_delivery(part, 8) == 2  # not covered: its count goes on
     dedup = uuid.uuid4().hex
     assert store.claim_dedup(dedup, "t:0:5", 1.0)
     assert store.claim_dedup(dedup, "t:0:5", 1.0)  # the owner's redelivery is not a duplicate
@@ -119,6 +124,49 @@ def test_redis_bookkeeping(redis_url: str) -> None:
 # -- behaviour on a real broker -------------------------------------------------------------
 
 
+class Victim:
+    """``kafka_victim.py`` in a subprocess, read line by line with a timeout."""
+
+    def __init__(self, settings: KafkaQueueConfig, count: int, mode: str) -> None:
+        script = str(Path(__file__).with_name("kafka_victim.py"))
+        self.proc = subprocess.Popen(
+            [sys.executable, script, settings.model_dump_json(), str(count), mode],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        self.lines: queue.Queue[Any] = queue.Queue()
+        threading.Thread(target=self._read, daemon=True).start()
+
+    def _read(self) -> None:
+        assert self.proc.stdout is not None
+        for line in self.proc.stdout:
+            self.lines.put(json.loads(line))
+
+    def until_settled(self, timeout: float = 60) -> list[Any]:
+        seen: list[Any] = []
+        deadline = time.monotonic() + timeout
+        while not seen or seen[-1] != "settled":
+            seen.append(self.lines.get(timeout=max(deadline - time.monotonic(), 0.01)))
+        return seen[:-1]
+
+    def kill(self) -> None:
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.communicate(timeout=10)
+
+
+def fetch_until(consumer: Any, body: str, timeout: float = 60) -> list[tuple[str, int]]:
+    """Fetch and acknowledge everything up to the record ``body``; (body, receive_count) each."""
+    got: list[tuple[str, int]] = []
+    deadline = time.monotonic() + timeout
+    while body not in [b for b, _ in got]:
+        assert time.monotonic() < deadline, f"{body} not received; got {got}"
+        for message in consumer.fetch(10, 1.0):
+            got.append((message.body, message.receive_count))
+            consumer.ack(message)
+    return got
+
+
 @pytest.mark.redis
 def test_kill_9_moves_partitions_and_redelivers_with_exact_counts(
     tansu_broker: Any, redis_url: str
@@ -129,22 +177,9 @@ def test_kill_9_moves_partitions_and_redelivers_with_exact_counts(
     transport = KafkaTransport(settings)
     for i in range(4):
         transport.send(QueueName.INPUT, QueueMessage(body=f"r{i}", group_id=f"s{i}"))
-    victim = subprocess.Popen(
-        [
-            sys.executable,
-            str(Path(__file__).with_name("kafka_victim.py")),
-            settings.model_dump_json(),
-            "4",
-        ],
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        text=True,
-    )
-    assert victim.stdout is not None
-    first = sorted(json.loads(victim.stdout.readline()) for _ in range(4))
-    assert first == [[f"r{i}", 1] for i in range(4)]
-    victim.send_signal(signal.SIGKILL)
-    victim.communicate(timeout=10)
+    victim = Victim(settings, 4, "hold")
+    assert sorted(victim.until_settled()) == [[f"r{i}", 1] for i in range(4)]
+    victim.kill()
     survivor = transport.create_consumer(QueueName.INPUT)
     try:
         got: list[QueueMessage] = []
@@ -154,6 +189,101 @@ def test_kill_9_moves_partitions_and_redelivers_with_exact_counts(
         assert sorted((m.body, m.receive_count) for m in got) == [(f"r{i}", 2) for i in range(4)]
     finally:
         survivor.close()
+
+
+@pytest.mark.redis
+@pytest.mark.parametrize("mode", ["ack-behind", "ack-behind-unmarked"])
+def test_a_crash_replays_only_what_was_in_flight(
+    tansu_broker: Any, redis_url: str, mode: str
+) -> None:
+    # One partition: r1..r5 sit behind r0, so the committed offset cannot pass r0 while it runs.
+    settings = kafka_settings(
+        tansu_broker.bootstrap,
+        bookkeeping="redis",
+        bookkeeping_redis_url=redis_url,
+        partitions=1,
+    )
+    transport = KafkaTransport(settings)
+    for i in range(6):
+        transport.send(QueueName.INPUT, QueueMessage(body=f"r{i}", group_id=f"s{i}"))
+    victim = Victim(settings, 6, mode)
+    assert sorted(victim.until_settled()) == [[f"r{i}", 1] for i in range(6)]
+    victim.kill()  # r0 in flight, r1..r5 acknowledged, no commit past r0
+    transport.send(QueueName.INPUT, QueueMessage(body="end", group_id="last"))
+    survivor = transport.create_consumer(QueueName.INPUT)
+    try:
+        got = sorted(fetch_until(survivor, "end"))
+    finally:
+        survivor.close()
+    if mode == "ack-behind":  # the finished marks let the survivor skip r1..r5
+        assert got == [("end", 1), ("r0", 2)]
+    else:  # without them r1..r5 run again, and their counts go on from the first delivery
+        assert got == [("end", 1)] + [(f"r{i}", 2) for i in range(6)]
+
+
+@pytest.mark.redis
+def test_redis_bookkeeping_keys_expire(redis_url: str) -> None:
+    import redis
+
+    prefix = f"t:{uuid.uuid4().hex}:"
+    store = RedisBookkeepingStore(redis_url, prefix, ttl=60)
+    store.start_delivery("g:t:0", 3)
+    store.finish("g:t:0", 4)
+    client = redis.Redis.from_url(redis_url)
+    keys = client.keys(prefix + "*")
+    assert len(keys) == 2 and all(0 < client.ttl(k) <= 60 for k in keys)
+    store.forget("g:t:0", 5, [3, 4])
+    assert client.keys(prefix + "*") == []  # nothing left once a commit covers everything
+
+
+def test_ack_during_a_rebalance_returns_and_the_partition_moves(tansu_broker: Any) -> None:
+    """An ack while the client waits in its revoke callback for that very ack (it deadlocked)."""
+    settings = kafka_settings(tansu_broker.bootstrap, partitions=2, rebalance_drain_timeout=30)
+    first = KafkaTransport(settings, InMemoryBookkeepingStore())
+    second = KafkaTransport(settings, InMemoryBookkeepingStore())  # only commits carry over
+    for i in range(8):
+        first.send(QueueName.INPUT, QueueMessage(body=f"old{i}", group_id=f"s{i}"))
+    a = first.create_consumer(QueueName.INPUT)
+    held: list[QueueMessage] = []
+    deadline = time.monotonic() + 60
+    while len(held) < 8:
+        assert time.monotonic() < deadline, f"only {len(held)} fetched"
+        held += a.fetch(10, 1.0)
+    seen = {"a": [], "b": []}
+    stop = threading.Event()
+
+    def run(name: str, consumer: Any) -> None:  # a runner keeps fetching, as ConsumerLoop does
+        while not stop.is_set():
+            for message in consumer.fetch(10, 0.2):
+                seen[name].append(message.body)
+                consumer.ack(message)
+
+    b = second.create_consumer(QueueName.INPUT)  # joins the group: a must give a partition up
+    threads = [threading.Thread(target=run, args=p) for p in (("a", a), ("b", b))]
+    for thread in threads:
+        thread.start()
+    try:
+        time.sleep(4)  # the rebalance starts; a's revoke waits for the 8 records it holds
+        acker = threading.Thread(target=lambda: [a.ack(m) for m in held], daemon=True)
+        started = time.monotonic()
+        acker.start()
+        acker.join(10)
+        assert not acker.is_alive(), "ack() did not return during the rebalance"
+        assert time.monotonic() - started < 5
+        for i in range(20):
+            first.send(QueueName.INPUT, QueueMessage(body=f"new{i}", group_id=f"n{i}"))
+        deadline = time.monotonic() + 60
+        while len(seen["a"]) + len(seen["b"]) < 20:
+            assert time.monotonic() < deadline, f"only {seen} received"
+            time.sleep(0.1)
+        assert seen["b"], "the second consumer never got a partition"
+        assert sorted(seen["a"] + seen["b"]) == sorted(f"new{i}" for i in range(20))
+    finally:
+        stop.set()
+        for thread in threads:
+            thread.join(30)
+        a.close()
+        b.close()
 
 
 def test_poison_record_goes_to_the_dlq_topic(tansu_broker: Any) -> None:

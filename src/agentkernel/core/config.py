@@ -172,6 +172,12 @@ class KafkaQueueConfig(_Block):
         description="Seconds a consumer losing a partition waits for its in-flight records there "
         "to finish before handing the partition over.",
     )
+    commit_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds a consumer giving up a partition (rebalance or close) waits for "
+        "the broker to confirm its last commit there.",
+    )
     auto_provision: bool = Field(
         False, description="Create missing topics (development); otherwise fail at start-up."
     )

@@ -3,19 +3,27 @@
 Kafka only tracks a committed offset per partition, so each consumer keeps the records it fetched
 in offset order per partition and hands a record out when no earlier record of the same key is
 pending: sessions sharing a partition still run in parallel, each session strictly one turn at a
-time. The committed offset only moves past a prefix of finished records, so a crash redelivers
-everything unfinished. ``nack`` puts the record back at the head of its session after
-``retry_backoff`` seconds without holding up other sessions; ``dead_letter`` copies it to
-``<topic><dlq_suffix>`` with an ``ak-error`` header, then commits it.
+time. ``nack`` puts the record back at the head of its session after ``retry_backoff`` seconds
+without holding up other sessions; ``dead_letter`` copies it to ``<topic><dlq_suffix>`` with an
+``ak-error`` header, then acknowledges it.
 
-When a rebalance takes a partition away, the consumer first waits (up to
-``rebalance_drain_timeout`` seconds) for the records it has in flight on that partition to be
-settled and commits them, so the next owner does not start a session's turn while the previous
+One private thread per consumer owns the client (confluent-kafka serialises the calls on one
+consumer, so a commit from another thread waits for the poll in progress, and forever if that poll
+is inside a rebalance callback waiting for the committing thread). ``ack``/``nack`` only record the
+outcome; the thread sends an asynchronous commit of the finished prefix within ``POLL_SECONDS``.
+
+Crashes and rebalances replay only what was running: the committed offset moves past a finished
+prefix only, but every acknowledged record is also marked finished in the bookkeeping store, and
+the partition's next owner skips marked records instead of running them again. When a rebalance
+takes a partition away, the consumer first waits (up to ``rebalance_drain_timeout`` seconds, the
+lock released) for its records in flight there, then commits and waits up to ``commit_timeout``
+for the broker to confirm, so the next owner does not start a session's turn while the previous
 owner is still running it.
 
-Receive counts and publish dedup live in a :class:`BookkeepingStore` (Redis for counts that
-survive restarts). There is no lease: a record handed to a live but stuck worker is not redelivered
-until its partition moves to another consumer (declared on the contract: ``timeout_redelivery``).
+Receive counts live in the bookkeeping store too (Redis for counts that survive restarts); a
+count is dropped only once a confirmed commit covers its record. There is no lease: a record
+handed to a live but stuck worker is not redelivered until its partition moves to another
+consumer (declared on the contract: ``timeout_redelivery``).
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ ATTR_PREFIX = "ak-attr:"
 DEDUP_HEADER = "ak-dedup-id"
 MAX_MESSAGE_BYTES = 1_000_000
 MAX_BUFFERED = 2000
+POLL_SECONDS = 0.05  # longest a settled record waits for its commit to be sent
+CLOSE_GRACE_SECONDS = 5.0  # leaving the group, on top of commit_timeout
+POLL_ERROR_BACKOFF_SECONDS = 1.0
 _LIBRDKAFKA_LOG = logging.getLogger("agentkernel.kafka.librdkafka")
 
 
@@ -72,10 +83,14 @@ class _Entry:
 class _Partition:
     topic: str
     number: int
+    books_key: str  # group:topic:number, for the bookkeeping store
     entries: deque[_Entry] = field(default_factory=deque)
     in_flight: set[str] = field(default_factory=set)
+    finished: list[int] = field(default_factory=list)  # done, not yet covered by a commit
     next_offset: int = -1
-    committed: int = -1
+    requested: int = -1  # offset of the last commit sent
+    committed: int = -1  # offset of the last commit the broker confirmed
+    revoking: bool = False
 
 
 class KafkaTransport(QueueTransport):
@@ -237,7 +252,12 @@ class KafkaTransport(QueueTransport):
 
 
 class KafkaConsumer(TransportConsumer):
-    """One consumer-group member; hands out records per key (see the module docstring)."""
+    """One consumer-group member; hands out records per key (see the module docstring).
+
+    A private thread owns the client: it polls, buffers records, answers rebalances and commits.
+    ``fetch`` and the settle methods only touch the buffer, under a lock that is never held
+    during a broker call.
+    """
 
     def __init__(self, transport: KafkaTransport, queue: QueueName) -> None:
         s = transport.settings
@@ -248,7 +268,8 @@ class KafkaConsumer(TransportConsumer):
         self._parts: dict[int, _Partition] = {}
         self._lock = threading.Condition()
         self._closed = False
-        self._drain_timeout = s.rebalance_drain_timeout
+        self._paused = False
+        self._stop = threading.Event()
         self._consumer = Consumer(
             transport._conf(
                 **{
@@ -259,49 +280,64 @@ class KafkaConsumer(TransportConsumer):
                     "session.timeout.ms": 10000,
                     "heartbeat.interval.ms": 1000,
                     "fetch.wait.max.ms": 50,
+                    "on_commit": self._on_commit,
                     **s.consumer_config,
                 }
             )
         )
         self._consumer.subscribe(
-            [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._revoked
+            [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
         )
+        self._pump = threading.Thread(target=self._run, name=f"kafka-{self._topic}", daemon=True)
+        self._pump.start()
 
-    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
-        with self._lock:
-            for tp in partitions:
-                self._parts[tp.partition] = _Partition(tp.topic, tp.partition)
+    # -- the client thread ----------------------------------------------------------------------
 
-    def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
-        numbers = {tp.partition for tp in partitions}
-        deadline = time.monotonic() + (0.0 if self._closed else self._drain_timeout)
-        with self._lock:
-            moving = [p for n, p in self._parts.items() if n in numbers]
-            while any(p.in_flight for p in moving) and (left := deadline - time.monotonic()) > 0:
-                self._lock.wait(left)  # let the turns in hand finish before handing over
-            for part in moving:
-                self._commit(part)
-                del self._parts[part.number]  # the next owner starts at the committed offset
+    def _run(self) -> None:
+        try:
+            while not self._stop.is_set():
+                try:
+                    self._poll_once()
+                except TransportError as exc:  # the thread outlives a broken broker
+                    logger.warning("%s; retrying in %ss", exc, POLL_ERROR_BACKOFF_SECONDS)
+                    self._stop.wait(POLL_ERROR_BACKOFF_SECONDS)
+                except Exception:
+                    logger.exception("Kafka consumer of %s failed; retrying", self._topic)
+                    self._stop.wait(POLL_ERROR_BACKOFF_SECONDS)
+        finally:
+            self._leave()
 
-    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        if self._closed:
-            raise TransportClosedError(f"Kafka consumer of {self._topic} is closed")
-        deadline = time.monotonic() + wait_seconds
-        while True:
+    def _poll_once(self) -> None:
+        self._commit_async(self._due())
+        self._throttle()
+        try:
+            records = self._consumer.consume(num_messages=500, timeout=POLL_SECONDS)
+        except KafkaException as exc:
+            raise TransportError(f"Kafka consume from {self._topic} failed: {exc}") from exc
+        self._buffer(records)
+
+    def _leave(self) -> None:
+        try:  # commit while still a group member; close() then finds nothing left to commit
             with self._lock:
-                out = self._take(batch_size)
-                buffered = sum(len(p.entries) for p in self._parts.values())
-            remaining = deadline - time.monotonic()
-            if out or remaining <= 0:
-                return out
-            if buffered >= MAX_BUFFERED:
-                time.sleep(min(remaining, 0.05))
-                continue
-            try:
-                records = self._consumer.consume(num_messages=500, timeout=min(remaining, 0.1))
-            except KafkaException as exc:
-                raise TransportError(f"Kafka consume from {self._topic} failed: {exc}") from exc
-            self._buffer(records)
+                numbers = set(self._parts)
+            self._commit_confirmed(self._release(numbers, drain=False))
+        except Exception:
+            logger.exception("final commit on %s failed", self._topic)
+        try:
+            self._consumer.close()
+        except (KafkaException, RuntimeError) as exc:
+            logger.warning("closing the Kafka consumer of %s failed: %s", self._topic, exc)
+
+    def _throttle(self) -> None:
+        """Pause fetching while the buffer is full; the client keeps answering the group."""
+        with self._lock:
+            buffered = sum(len(p.entries) for p in self._parts.values())
+        if buffered >= MAX_BUFFERED and not self._paused:
+            self._consumer.pause(self._consumer.assignment())
+            self._paused = True
+        elif buffered < MAX_BUFFERED // 2 and self._paused:
+            self._consumer.resume(self._consumer.assignment())
+            self._paused = False
 
     def _buffer(self, records: list[Any]) -> None:
         with self._lock:
@@ -315,37 +351,193 @@ class KafkaConsumer(TransportConsumer):
                 key = record.key().decode() if record.key() is not None else f"\0{record.offset()}"
                 part.entries.append(_Entry(record.offset(), key, record, part))
                 part.next_offset = record.offset() + 1
+            if records:
+                self._lock.notify_all()
 
-    def _take(self, batch_size: int) -> list[QueueMessage]:
+    # -- commits (client thread only) ------------------------------------------------------------
+
+    def _due(self) -> list[tuple[_Partition, int]]:
+        with self._lock:
+            due = [(p, _advance(p)) for p in self._parts.values()]
+        return [(p, upto) for p, upto in due if upto > p.requested]
+
+    def _commit_async(self, due: list[tuple[_Partition, int]]) -> None:
+        if not due:
+            return
+        for part, upto in due:
+            part.requested = upto
+        offsets = [TopicPartition(p.topic, p.number, upto) for p, upto in due]
+        try:
+            self._consumer.commit(offsets=offsets, asynchronous=True)
+        except KafkaException as exc:
+            logger.warning("commit on %s failed: %s", self._topic, exc)
+            for part, _ in due:
+                part.requested = part.committed
+
+    def _on_commit(self, err: Any, offsets: list[Any]) -> None:
+        """The broker answered an asynchronous commit (called by the client, in ``consume``)."""
+        landed: list[tuple[_Partition, int]] = []
+        with self._lock:
+            for tp in offsets:
+                part = self._parts.get(tp.partition)
+                if part is None:
+                    continue  # handed over; _revoked committed it
+                if err is not None or tp.error is not None:
+                    reason = err or tp.error
+                    logger.warning("commit of %s[%s] failed: %s", tp.topic, tp.partition, reason)
+                    part.requested = part.committed  # the next round commits again
+                elif tp.offset > part.committed:
+                    part.committed = tp.offset
+                    landed.append((part, tp.offset))
+        self._forget(landed)
+
+    def _commit_confirmed(self, items: list[tuple[_Partition, int]]) -> None:
+        """Commit and wait (at most ``commit_timeout`` seconds) until the broker has it.
+
+        A synchronous commit may wait forever, so this commits asynchronously and reads the
+        committed offsets back.
+        """
+        if not items:
+            return
+        wanted = {p.number: upto for p, upto in items}
+        deadline = time.monotonic() + self._transport.settings.commit_timeout
+        try:
+            self._consumer.commit(
+                offsets=[TopicPartition(p.topic, p.number, upto) for p, upto in items],
+                asynchronous=True,
+            )
+            while (left := deadline - time.monotonic()) > 0:
+                read = self._consumer.committed(
+                    [TopicPartition(p.topic, p.number) for p, _ in items], timeout=min(left, 1.0)
+                )
+                if all(tp.offset >= wanted[tp.partition] for tp in read):
+                    self._forget(items)
+                    return
+                time.sleep(0.02)
+        except KafkaException as exc:
+            logger.warning("final commit on %s failed: %s", self._topic, exc)
+            return
+        logger.warning("the broker did not confirm the final commit on %s in time", self._topic)
+
+    def _forget(self, landed: list[tuple[_Partition, int]]) -> None:
+        for part, committed in landed:
+            with self._lock:
+                covered = [o for o in part.finished if o < committed]
+                part.finished = [o for o in part.finished if o >= committed]
+            try:
+                self._books.forget(part.books_key, committed, covered)
+            except TransportError as exc:  # the keys expire on their own
+                logger.warning("bookkeeping of %s not cleared: %s", part.books_key, exc)
+
+    # -- rebalances (client thread, inside consume or close) -------------------------------------
+
+    def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        with self._lock:
+            for tp in partitions:
+                self._parts[tp.partition] = _Partition(
+                    tp.topic, tp.partition, f"{self._group}:{tp.topic}:{tp.partition}"
+                )
+
+    def _revoked(self, consumer: Any, partitions: list[Any]) -> None:
+        """Let the turns in hand on these partitions finish (bounded), commit, hand over."""
+        try:
+            numbers = {tp.partition for tp in partitions}
+            self._commit_confirmed(self._release(numbers, drain=not self._stop.is_set()))
+        except Exception:  # an exception here would surface in an unrelated consume()
+            logger.exception("giving up partitions of %s failed", self._topic)
+
+    def _lost(self, consumer: Any, partitions: list[Any]) -> None:
+        """The group already gave these partitions away: nothing to wait for or commit."""
+        self._release({tp.partition for tp in partitions}, drain=False)
+
+    def _release(self, numbers: set[int], drain: bool) -> list[tuple[_Partition, int]]:
+        timeout = self._transport.settings.rebalance_drain_timeout if drain else 0.0
+        deadline = time.monotonic() + timeout
+        with self._lock:
+            moving = [p for n, p in self._parts.items() if n in numbers]
+            for part in moving:
+                part.revoking = True  # hand out nothing more from here
+            while any(p.in_flight for p in moving) and (left := deadline - time.monotonic()) > 0:
+                self._lock.wait(left)  # releases the lock, so acks go through
+            for part in moving:
+                del self._parts[part.number]  # the next owner starts at the committed offset
+                if part.in_flight:
+                    logger.warning(
+                        "giving up %s with %s records running: the next owner runs them again",
+                        part.books_key,
+                        len(part.in_flight),
+                    )
+            due = [(p, _advance(p)) for p in moving]
+        return [(p, upto) for p, upto in due if upto > p.committed]
+
+    # -- the TransportConsumer side (any thread) -------------------------------------------------
+
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        deadline = time.monotonic() + wait_seconds
+        while True:
+            with self._lock:
+                if self._closed:
+                    raise TransportClosedError(f"Kafka consumer of {self._topic} is closed")
+                picked = self._pick(batch_size)
+                remaining = deadline - time.monotonic()
+                if not picked and remaining > 0:
+                    self._lock.wait(min(remaining, 0.1))  # records, acks, or a backoff ending
+                    continue
+            out = self._deliver(picked)
+            if out or remaining <= 0:
+                return out
+
+    def _pick(self, batch_size: int) -> list[_Entry]:
         """Ready records whose session has nothing earlier pending, in offset order."""
-        out: list[QueueMessage] = []
+        picked: list[_Entry] = []
         now = time.monotonic()
-        for part in list(self._parts.values()):
+        for part in self._parts.values():
+            if part.revoking:
+                continue
             blocked = set(part.in_flight)
             for entry in part.entries:
-                if len(out) >= batch_size:
-                    return out
+                if len(picked) >= batch_size:
+                    return picked
                 if entry.state == "done" or entry.key in blocked:
                     continue
                 blocked.add(entry.key)
                 if entry.state == "ready" and entry.not_before <= now:
-                    message = self._hand_out(part, entry)
-                    if message is not None:
-                        out.append(message)
-            self._commit(part)
+                    entry.state = "inflight"
+                    part.in_flight.add(entry.key)
+                    picked.append(entry)
+        return picked
+
+    def _deliver(self, picked: list[_Entry]) -> list[QueueMessage]:
+        """Turn picked entries into messages; skip duplicates and records already finished."""
+        out: list[QueueMessage] = []
+        for i, entry in enumerate(picked):
+            try:
+                message = self._open(entry)
+            except TransportError:
+                for rest in picked[i:]:
+                    self._settle_entry(rest, "ready")
+                if out:
+                    logger.warning("bookkeeping failed; handing out %s records", len(out))
+                    return out
+                raise
+            if message is None:
+                self._settle_entry(entry, "done")
+            else:
+                out.append(message)
         return out
 
-    def _hand_out(self, part: _Partition, entry: _Entry) -> QueueMessage | None:
-        record = entry.record
+    def _open(self, entry: _Entry) -> QueueMessage | None:
+        part, record = entry.owner, entry.record
         position = f"{part.topic}:{part.number}:{entry.offset}"
         headers = {k: v for k, v in (record.headers() or [])}
         dedup = headers.get(DEDUP_HEADER)
         window = self._transport.settings.dedup_window
         if dedup is not None and not self._books.claim_dedup(dedup.decode(), position, window):
-            entry.state = "done"  # a duplicate of a record already accepted
+            return None  # a duplicate of a record already accepted
+        count = self._books.start_delivery(part.books_key, entry.offset)
+        if count == 0:
+            logger.info("skipping %s: finished before a crash or rebalance", position)
             return None
-        entry.state = "inflight"
-        part.in_flight.add(entry.key)
         return QueueMessage(
             body=record.value().decode() if record.value() is not None else "",
             attributes={
@@ -355,44 +547,36 @@ class KafkaConsumer(TransportConsumer):
             },
             group_id=record.key().decode() if record.key() is not None else None,
             dedup_id=dedup.decode() if dedup is not None else None,
-            receive_count=self._books.incr_attempts(f"{self._group}:{position}"),
+            receive_count=count,
             message_id=position,
             native=entry,
         )
 
-    def _commit(self, part: _Partition) -> None:
-        while part.entries and part.entries[0].state == "done":
-            part.entries.popleft()
-        upto = part.entries[0].offset if part.entries else part.next_offset
-        if upto <= part.committed:
-            return
-        try:
-            self._consumer.commit(
-                offsets=[TopicPartition(part.topic, part.number, upto)], asynchronous=False
-            )
-            part.committed = upto
-        except KafkaException as exc:  # the partition moved away; its next owner redelivers
-            logger.warning("commit of %s[%s]@%s failed: %s", part.topic, part.number, upto, exc)
-
-    def _settle(self, message: QueueMessage, state: str, not_before: float = 0.0) -> bool:
-        entry: _Entry = message.native
+    def _settle_entry(self, entry: _Entry, state: str, not_before: float = 0.0) -> bool:
+        """Record an outcome; the client thread commits it within one poll (no I/O here)."""
+        part = entry.owner
         with self._lock:
-            part = entry.owner
             if self._parts.get(part.number) is not part or entry.state != "inflight":
                 return False  # revoked, or settled already
             entry.state, entry.not_before = state, not_before
             part.in_flight.discard(entry.key)
-            self._lock.notify_all()
             if state == "done":
-                self._books.clear_attempts(f"{self._group}:{message.message_id}")
-                self._commit(part)
+                part.finished.append(entry.offset)
+            self._lock.notify_all()
             return True
 
     def ack(self, message: QueueMessage) -> None:
-        self._settle(message, "done")
+        entry: _Entry = message.native
+        if entry.state == "inflight":
+            try:  # so the partition's next owner skips it even if no commit covers it yet
+                self._books.finish(entry.owner.books_key, entry.offset)
+            except TransportError as exc:
+                logger.warning("%s not marked finished: %s", message.message_id, exc)
+        self._settle_entry(entry, "done")
 
     def nack(self, message: QueueMessage) -> None:
-        self._settle(message, "ready", time.monotonic() + self._transport.settings.retry_backoff)
+        backoff = self._transport.settings.retry_backoff
+        self._settle_entry(message.native, "ready", time.monotonic() + backoff)
 
     def dead_letter(self, message: QueueMessage) -> None:
         """Copy the record to ``<topic><dlq_suffix>`` with an ``ak-error`` header, then commit."""
@@ -403,9 +587,24 @@ class KafkaConsumer(TransportConsumer):
         self.ack(message)
 
     def close(self) -> None:
-        if not self._closed:
-            self._closed = True  # no drain wait on the revocation that close() triggers
-            self._consumer.close()
+        """Stop the client thread: commit what is finished and leave the group (bounded)."""
+        with self._lock:
+            if self._closed:
+                return
+            self._closed = True
+            self._lock.notify_all()
+        self._stop.set()
+        limit = self._transport.settings.commit_timeout + CLOSE_GRACE_SECONDS
+        self._pump.join(limit)
+        if self._pump.is_alive():
+            logger.warning("the Kafka consumer of %s did not close in %ss", self._topic, limit)
+
+
+def _advance(part: _Partition) -> int:
+    """Drop the finished prefix; return the offset a commit may move to (-1: nothing read)."""
+    while part.entries and part.entries[0].state == "done":
+        part.entries.popleft()
+    return part.entries[0].offset if part.entries else part.next_offset
 
 
 def _bookkeeping(settings: KafkaQueueConfig) -> BookkeepingStore:
