@@ -32,7 +32,12 @@ class EcsDeployment(Deployment):
 
     def __init__(self, moto_url: str) -> None:
         super().__init__(
-            {**servers.aws_env(moto_url), "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": "1"}
+            {
+                **servers.aws_env(moto_url),
+                "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": "1",
+                # the lease every receive asks for (the product default is 30 s)
+                "AK_EXECUTION__QUEUES__SQS__VISIBILITY_TIMEOUT": "3",
+            }
         )
         tag = self.tag
         self.dlq = create_fifo(f"dlq-{tag}", visibility=3)

@@ -144,6 +144,7 @@ def on_sqs(aws: str, redis_url: str) -> Iterator[Supervised]:
             "AK_EXECUTION__QUEUES__INPUT__URL": create_fifo(f"in-{tag}", visibility=3),
             "AK_EXECUTION__QUEUES__OUTPUT__URL": create_fifo(f"out-{tag}", visibility=3),
             "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": "1",
+            "AK_EXECUTION__QUEUES__SQS__VISIBILITY_TIMEOUT": "3",
             "AK_EXECUTION__QUEUES__BATCH_SIZE": "10",
         },
         redis_url,
