@@ -86,9 +86,11 @@ class TurnSession:
         if self._max_items is None or len(self._items) <= self._max_items:
             return
         start = len(self._items) - self._max_items
-        while start < len(self._items) and self._items[start].get("role") != "user":
-            start += 1
-        del self._items[:start]
+        users = [i for i, item in enumerate(self._items) if item.get("role") == "user"]
+        later = [i for i in users if i >= start]
+        # Never start inside an exchange (a tool output without its call is refused by the API):
+        # cut at a user message, keeping the whole last exchange even when it is over the limit.
+        del self._items[: later[0] if later else users[-1] if users else 0]
 
 
 class OpenAIAgent(Agent):
