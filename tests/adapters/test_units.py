@@ -163,3 +163,13 @@ def test_a_missing_sdk_names_the_extra(module: str, blocked: str) -> None:
     assert message == (
         f"agentkernel.{module} requires the '{module}' extra: pip install 'agentkernel[{module}]'"
     )
+
+
+def test_the_core_imports_no_agent_sdk_even_when_installed() -> None:
+    loaded = run(
+        "import sys, agentkernel, agentkernel.pipeline.agent_runner, agentkernel.cli, "
+        "agentkernel.core.model_errors\n"
+        "print(sorted({m.split('.')[0] for m in sys.modules} & "
+        "{'agents', 'openai', 'langgraph', 'langchain_core', 'langchain_openai'}))"
+    )
+    assert loaded == "[]"
