@@ -4,6 +4,7 @@ moto's SQS and DynamoDB, configured only by the guide's environment variables.""
 from __future__ import annotations
 
 import json
+import os
 import signal
 import subprocess
 import sys
@@ -14,6 +15,7 @@ from pathlib import Path
 import boto3
 import pytest
 
+from agentkernel.testing.fake_openai import FakeOpenAI
 from tests import servers
 from tests.e2e.deployment import Deployment, assert_in_order_and_exclusive, result
 from tests.transports.test_sqs import create_fifo
@@ -114,11 +116,20 @@ def test_rest_sync_and_async_with_polling(ecs: EcsDeployment) -> None:
 
 
 def test_the_example_runner_file_runs_unchanged(ecs: EcsDeployment) -> None:
-    ecs.runner(EXAMPLE_RUNNER)
-    body = {"session_id": "ex", "prompt": "hi"}
-    first = ecs.client.post("/api/v1/chat", json=body)
-    assert first.status_code == 200, first.text
-    assert first.json()["result"] == "You said 'hi' (turn 1 of this session)"
+    with FakeOpenAI() as model:  # the example's OpenAI agent, offline
+        ecs.env |= model.env() | {
+            "OPENAI_AGENTS_DISABLE_TRACING": "1",
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "src"), str(ROOT)]),
+        }
+        ecs.runner(EXAMPLE_RUNNER)
+        first = ecs.client.post("/api/v1/chat", json={"session_id": "ex", "prompt": "hi"})
+        assert first.status_code == 200, first.text
+        assert first.json()["result"] == "[Assistant] You said: hi. (1 messages from you so far.)"
+        body = {"session_id": "ex", "prompt": "word_count of these four words"}
+        second = ecs.client.post("/api/v1/chat", json=body)
+        assert second.status_code == 200, second.text
+        assert "Before that you said: hi." in second.json()["result"]
+        assert "word_count returned 4." in second.json()["result"]
 
 
 def test_order_per_session_across_two_runner_processes(ecs: EcsDeployment) -> None:

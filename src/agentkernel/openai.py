@@ -1,0 +1,209 @@
+"""OpenAI Agents SDK agents served by agentkernel (extra ``openai``).
+
+::
+
+    from agents import Agent, function_tool
+    from agentkernel.openai import OpenAIModule
+
+    @function_tool
+    def add(a: int, b: int) -> int:
+        return a + b
+
+    billing = Agent(name="billing", instructions="Billing agent. Explain invoices.")
+    triage = Agent(name="triage", instructions="Triage. Route the user.", tools=[add],
+                   handoffs=[billing])
+    OpenAIModule([triage, billing])
+
+Each SDK agent is registered under its ``name`` (clients pick it with the ``agent`` field). A turn
+runs the agent on the session's conversation: the SDK's ``Session`` interface is backed by a list
+of items kept in the turn's state, which the Agent Runner commits together with the reply in the
+session store. A later turn on any runner process sharing that store continues the
+conversation; a failed turn leaves it as it was. Tools see the :class:`~agentkernel.Turn` as the
+run context (``ctx.context``).
+
+Streaming turns yield the text deltas of the SDK's streamed run. Model failures are mapped by
+:func:`agentkernel.core.model_errors.model_failure` (rate limits and timeouts are retried, refused
+requests and malformed responses answer ``AGENT_ERROR``), and every turn is bounded by
+``timeout`` seconds.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import copy
+import json
+from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
+from typing import Any, NoReturn
+
+from agentkernel.core.agent import Agent, AgentRegistry, Module, Turn
+from agentkernel.core.errors import RetryableError
+from agentkernel.core.extras import require_extra
+from agentkernel.core.model_errors import model_failure
+
+with require_extra("openai", "agentkernel.openai"):
+    import agents as sdk
+    from openai.types.responses import ResponseTextDeltaEvent
+
+__all__ = ["HISTORY_KEY", "OpenAIAgent", "OpenAIModule", "TurnSession"]
+
+#: Where the conversation's items are kept in ``turn.state``.
+HISTORY_KEY = "openai_history"
+
+
+class TurnSession:
+    """The SDK's ``Session`` protocol over a list of items in the turn's state.
+
+    Args:
+        session_id: the agentkernel session id.
+        items: the list to read and extend (``turn.state[HISTORY_KEY]``).
+        max_items: keep at most this many items; older ones are dropped a whole exchange at a
+            time (the kept history starts with a user message).
+    """
+
+    session_settings = None
+
+    def __init__(self, session_id: str, items: list[Any], max_items: int | None = None) -> None:
+        self.session_id = session_id
+        self._items = items
+        self._max_items = max_items
+
+    async def get_items(self, limit: int | None = None) -> list[Any]:
+        items = self._items if limit is None else self._items[-limit:] if limit > 0 else []
+        return copy.deepcopy(items)
+
+    async def add_items(self, items: list[Any]) -> None:
+        # Through JSON, as the session store keeps it: a non-serialisable item fails here.
+        self._items.extend(json.loads(json.dumps(items)))
+        self._trim()
+
+    async def pop_item(self) -> Any:
+        return self._items.pop() if self._items else None
+
+    async def clear_session(self) -> None:
+        self._items.clear()
+
+    def _trim(self) -> None:
+        if self._max_items is None or len(self._items) <= self._max_items:
+            return
+        start = len(self._items) - self._max_items
+        users = [i for i, item in enumerate(self._items) if item.get("role") == "user"]
+        later = [i for i in users if i >= start]
+        # Never start inside an exchange (a tool output without its call is refused by the API):
+        # cut at a user message, keeping the whole last exchange even when it is over the limit.
+        del self._items[: later[0] if later else users[-1] if users else 0]
+
+
+class OpenAIAgent(Agent):
+    """One SDK agent as an agentkernel agent (made by :class:`OpenAIModule`)."""
+
+    def __init__(
+        self,
+        name: str,
+        sdk_agent: sdk.Agent[Any],
+        *,
+        max_turns: int,
+        timeout: float,
+        max_history_items: int | None,
+        run_config: sdk.RunConfig | None,
+    ) -> None:
+        super().__init__(name, self._reply, sdk_agent.handoff_description or "")
+        self.sdk_agent = sdk_agent
+        self.max_turns, self.timeout = max_turns, timeout
+        self.max_history_items, self.run_config = max_history_items, run_config
+
+    def _session(self, turn: Turn) -> TurnSession:
+        items = turn.state.setdefault(HISTORY_KEY, [])
+        return TurnSession(turn.session_id, items, self.max_history_items)
+
+    def _options(self, turn: Turn) -> dict[str, Any]:
+        return {
+            "session": self._session(turn),
+            "context": turn,
+            "max_turns": self.max_turns,
+            "run_config": self.run_config,
+        }
+
+    async def run(self, turn: Turn) -> str:
+        """Run the turn without streaming; returns the final output as text."""
+        try:
+            run = sdk.Runner.run(self.sdk_agent, turn.prompt, **self._options(turn))
+            result = await asyncio.wait_for(run, self.timeout)
+        except Exception as exc:
+            self._fail(exc)
+        return str(result.final_output)
+
+    async def _reply(self, turn: Turn) -> AsyncIterator[str]:
+        """The streaming turn: the text deltas of the SDK's streamed run."""
+        result = sdk.Runner.run_streamed(self.sdk_agent, turn.prompt, **self._options(turn))
+        events = result.stream_events()
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.timeout
+        try:
+            while True:
+                try:
+                    event = await asyncio.wait_for(anext(events), deadline - loop.time())
+                except StopAsyncIteration:
+                    break
+                if event.type == "raw_response_event" and isinstance(
+                    event.data, ResponseTextDeltaEvent
+                ):
+                    yield event.data.delta
+        except Exception as exc:
+            self._fail(exc)
+        finally:
+            result.cancel()
+            if isinstance(events, AsyncGenerator):
+                await events.aclose()
+
+    def _fail(self, exc: Exception) -> NoReturn:
+        if isinstance(exc, TimeoutError):
+            raise RetryableError(
+                f"agent '{self.name}' did not finish within {self.timeout} seconds"
+            ) from exc
+        mapped = model_failure(exc)
+        if mapped is None:
+            raise exc
+        raise mapped from exc
+
+
+class OpenAIModule(Module):
+    """Registers OpenAI Agents SDK agents (handoffs between them work as in the SDK).
+
+    Args:
+        agents: SDK ``Agent`` objects, registered under their ``name``; or a mapping from the
+            agentkernel name to the agent (for SDK names with spaces).
+        registry: where to register them; default the process-wide registry.
+        max_turns: the SDK's limit of model calls per turn.
+        timeout: seconds a turn may take in all (model calls, tools, handoffs); past it the
+            turn is retried like a rate limit.
+        max_history_items: conversation items kept per session (``None``: all). The state is
+            stored as one value, so keep it well below the store's item size limit.
+        run_config: the SDK's ``RunConfig`` for every run (model provider, tracing, ...).
+
+    Raises:
+        ValueError: an agent's name is not a valid agentkernel name or is taken.
+    """
+
+    def __init__(
+        self,
+        agents: Iterable[sdk.Agent[Any]] | Mapping[str, sdk.Agent[Any]],
+        *,
+        registry: AgentRegistry | None = None,
+        max_turns: int = 10,
+        timeout: float = 300.0,
+        max_history_items: int | None = 500,
+        run_config: sdk.RunConfig | None = None,
+    ) -> None:
+        named = agents.items() if isinstance(agents, Mapping) else ((a.name, a) for a in agents)
+        wrapped = [
+            OpenAIAgent(
+                name,
+                sdk_agent,
+                max_turns=max_turns,
+                timeout=timeout,
+                max_history_items=max_history_items,
+                run_config=run_config,
+            )
+            for name, sdk_agent in named
+        ]
+        super().__init__(wrapped, registry)
