@@ -242,7 +242,7 @@ class LangGraphAgent(Agent):
         config: RunnableConfig | None,
     ) -> None:
         super().__init__(name, self._reply, getattr(graph, "description", None) or "")
-        self.graph, self.timeout = graph, timeout
+        self.graph, self.run_timeout = graph, timeout
         self.make_input, self.read_output, self.config = make_input, read_output, config
 
     def _bound(self, turn: Turn) -> tuple[Pregel[Any, Any, Any, Any], RunnableConfig]:
@@ -258,7 +258,7 @@ class LangGraphAgent(Agent):
         graph, config = self._bound(turn)
         try:
             output = await asyncio.wait_for(
-                graph.ainvoke(self.make_input(turn), config), self.timeout
+                graph.ainvoke(self.make_input(turn), config), self.run_timeout
             )
         except Exception as exc:
             self._fail(exc)
@@ -269,7 +269,7 @@ class LangGraphAgent(Agent):
         graph, config = self._bound(turn)
         stream = graph.astream(self.make_input(turn), config, stream_mode="messages")
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        deadline = loop.time() + self.run_timeout
         try:
             while True:
                 try:
@@ -287,7 +287,7 @@ class LangGraphAgent(Agent):
     def _fail(self, exc: Exception) -> NoReturn:
         if isinstance(exc, TimeoutError):
             raise RetryableError(
-                f"graph '{self.name}' did not finish within {self.timeout} seconds"
+                f"graph '{self.name}' did not finish within {self.run_timeout} seconds"
             ) from exc
         mapped = model_failure(exc)
         if mapped is None:

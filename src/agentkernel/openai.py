@@ -108,7 +108,7 @@ class OpenAIAgent(Agent):
     ) -> None:
         super().__init__(name, self._reply, sdk_agent.handoff_description or "")
         self.sdk_agent = sdk_agent
-        self.max_turns, self.timeout = max_turns, timeout
+        self.max_turns, self.run_timeout = max_turns, timeout
         self.max_history_items, self.run_config = max_history_items, run_config
 
     def _session(self, turn: Turn) -> TurnSession:
@@ -127,7 +127,7 @@ class OpenAIAgent(Agent):
         """Run the turn without streaming; returns the final output as text."""
         try:
             run = sdk.Runner.run(self.sdk_agent, turn.prompt, **self._options(turn))
-            result = await asyncio.wait_for(run, self.timeout)
+            result = await asyncio.wait_for(run, self.run_timeout)
         except Exception as exc:
             self._fail(exc)
         return str(result.final_output)
@@ -137,7 +137,7 @@ class OpenAIAgent(Agent):
         result = sdk.Runner.run_streamed(self.sdk_agent, turn.prompt, **self._options(turn))
         events = result.stream_events()
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.timeout
+        deadline = loop.time() + self.run_timeout
         try:
             while True:
                 try:
@@ -158,7 +158,7 @@ class OpenAIAgent(Agent):
     def _fail(self, exc: Exception) -> NoReturn:
         if isinstance(exc, TimeoutError):
             raise RetryableError(
-                f"agent '{self.name}' did not finish within {self.timeout} seconds"
+                f"agent '{self.name}' did not finish within {self.run_timeout} seconds"
             ) from exc
         mapped = model_failure(exc)
         if mapped is None:
