@@ -42,7 +42,7 @@ def is_runner(argv: list[str]) -> bool:
 def http_health(port: int) -> bool:
     url = f"http://127.0.0.1:{port}/health"
     try:
-        with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as reply:  # noqa: S310
+        with urllib.request.urlopen(url, timeout=TIMEOUT_SECONDS) as reply:
             return bool(reply.status == 200)
     except OSError as exc:
         print(f"{url}: {exc}", file=sys.stderr)
