@@ -6,8 +6,14 @@ import ast
 import http.server
 import importlib.util
 import json
+import os
 import re
+import shutil
+import signal
+import subprocess
+import sys
 import threading
+import time
 import tomllib
 from collections.abc import Iterator
 from pathlib import Path
@@ -233,3 +239,31 @@ def test_healthcheck_reads_the_port_from_the_configuration(
     assert probe.main() == 1
     monkeypatch.setattr(probe, "pid1_argv", lambda: ["python", "agentkernel", "runner", "a.py"])
     assert probe.main() == 0
+
+
+def test_the_embedded_command_serves_health_and_drains_on_sigterm(tmp_path: Path) -> None:
+    """The ECS embedded command, run as the image runs it (exec form: the process gets SIGTERM
+    itself): the health probe passes, and SIGTERM ends it with status 0."""
+    argv = a.variables(a.ECS)["embedded_command"]["default"]
+    files = image_files()
+    agentkernel = shutil.which("agentkernel", path=str(Path(sys.executable).parent))
+    assert argv[0] == "agentkernel" and agentkernel is not None
+    command = [agentkernel, *(str(files.get(arg, arg)) for arg in argv[1:])]
+    port = servers.free_port()
+    env = {**os.environ, "AK_API__PORT": str(port), "PYTHONPATH": str(a.ROOT / "src")}
+    log = tmp_path / "server.log"
+    with log.open("wb") as sink:
+        process = subprocess.Popen(command, cwd=tmp_path, env=env, stderr=sink)
+    try:
+        probe = healthcheck_module()
+        deadline = time.monotonic() + 20
+        while not probe.http_health(port):
+            assert process.poll() is None, log.read_text()
+            assert time.monotonic() < deadline, "the server did not answer /health"
+            time.sleep(0.2)
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=20) == 0, log.read_text()
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait(timeout=5)
