@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 import yaml
 from kubernetes_validate import SchemaNotFoundError, validate
@@ -195,3 +197,19 @@ def test_pods_run_as_the_images_non_root_user(overlay: str) -> None:
         container = spec["containers"][0]
         assert container["securityContext"]["readOnlyRootFilesystem"] is True
         assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_sqs_overlay_names_what_the_terraform_modules_create(tmp_path) -> None:
+    cfg = config("sqs", tmp_path)
+    prefix = a.defaults(a.ECS)["name"]
+    queues = a.resources(a.MODULES / "queues", "aws_sqs_queue")["queue"]["name"]
+    for queue in ("input", "output"):
+        url = getattr(cfg.execution.queues, queue).url
+        expected = queues.replace("${var.name_prefix}", prefix).replace("${each.key}", queue)
+        assert url is not None and url.rsplit("/", 1)[1] == expected
+    tables = a.expression(a.locals_of(a.MODULES / "tables")["tables"])
+    store, sessions = cfg.execution.response_store.dynamodb, cfg.session.dynamodb
+    assert store is not None and sessions is not None
+    for table, key in ((store.table_name, "response"), (sessions.table_name, "session")):
+        suffix = re.search(rf'{key} = \{{name = "\$\{{var.name_prefix\}}-([a-z-]+)"', tables)
+        assert suffix is not None and table == f"{prefix}-{suffix.group(1)}"
