@@ -28,7 +28,7 @@ variable "deletion_protection" {
 }
 
 variable "kms_key_arn" {
-  description = "Customer-managed KMS key for the tables; null uses the AWS-owned key."
+  description = "Customer-managed KMS key for the tables; null uses the AWS managed key (aws/dynamodb)."
   type        = string
   default     = null
 }
