@@ -1,0 +1,114 @@
+# Task roles with the queue-mode guide's actions, each on its one resource, plus the two reads the
+# code makes at start-up and in GET /ready: sqs:GetQueueAttributes (queue checks, lease length,
+# depth metrics) and dynamodb:DescribeTable (response store ping). tests/deploy checks the lists.
+
+data "aws_iam_policy_document" "ecs_tasks_assume" {
+  statement {
+    actions = ["sts:AssumeRole"]
+    principals {
+      type        = "Service"
+      identifiers = ["ecs-tasks.amazonaws.com"]
+    }
+  }
+}
+
+resource "aws_iam_role" "execution" {
+  name               = "${var.name}-execution"
+  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+  tags               = var.tags
+}
+
+resource "aws_iam_role_policy_attachment" "execution" {
+  role       = aws_iam_role.execution.name
+  policy_arn = "arn:aws:iam::aws:policy/service-role/AmazonECSTaskExecutionRolePolicy"
+}
+
+resource "aws_iam_role" "io" {
+  name               = "${var.name}-io-task"
+  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "io" {
+  count = var.queue_mode ? 1 : 0
+
+  statement {
+    sid       = "SendToInput"
+    actions   = ["sqs:SendMessage", "sqs:GetQueueAttributes"]
+    resources = [module.queues[0].input_queue_arn]
+  }
+
+  statement {
+    sid = "ConsumeOutput"
+    actions = [
+      "sqs:ReceiveMessage",
+      "sqs:DeleteMessage",
+      "sqs:ChangeMessageVisibility",
+      "sqs:GetQueueAttributes",
+    ]
+    resources = [module.queues[0].output_queue_arn]
+  }
+
+  statement {
+    sid = "ResponseStore"
+    actions = [
+      "dynamodb:PutItem",
+      "dynamodb:GetItem",
+      "dynamodb:Query",
+      "dynamodb:DeleteItem",
+      "dynamodb:DescribeTable",
+    ]
+    resources = [module.tables[0].response_table_arn]
+  }
+}
+
+resource "aws_iam_role_policy" "io" {
+  count = var.queue_mode ? 1 : 0
+
+  name   = "${var.name}-io-task"
+  role   = aws_iam_role.io.id
+  policy = data.aws_iam_policy_document.io[0].json
+}
+
+resource "aws_iam_role" "runner" {
+  count = var.queue_mode ? 1 : 0
+
+  name               = "${var.name}-runner-task"
+  assume_role_policy = data.aws_iam_policy_document.ecs_tasks_assume.json
+  tags               = var.tags
+}
+
+data "aws_iam_policy_document" "runner" {
+  count = var.queue_mode ? 1 : 0
+
+  statement {
+    sid = "ConsumeInput"
+    actions = [
+      "sqs:ReceiveMessage",
+      "sqs:DeleteMessage",
+      "sqs:ChangeMessageVisibility",
+      "sqs:GetQueueAttributes",
+    ]
+    resources = [module.queues[0].input_queue_arn]
+  }
+
+  statement {
+    sid       = "SendToOutput"
+    actions   = ["sqs:SendMessage"]
+    resources = [module.queues[0].output_queue_arn]
+  }
+
+  statement {
+    sid       = "SessionStore"
+    actions   = ["dynamodb:GetItem", "dynamodb:PutItem"]
+    resources = [module.tables[0].session_table_arn]
+  }
+}
+
+resource "aws_iam_role_policy" "runner" {
+  count = var.queue_mode ? 1 : 0
+
+  name   = "${var.name}-runner-task"
+  role   = aws_iam_role.runner[0].id
+  policy = data.aws_iam_policy_document.runner[0].json
+}

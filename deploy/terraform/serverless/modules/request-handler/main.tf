@@ -1,0 +1,39 @@
+# Request Handler Lambda (Lambda.handler): API Gateway -> INPUT queue; rest_sync waits on the
+# response table, rest_async answers 202 and GET reads the table.
+
+locals {
+  environment = merge({
+    AK_EXECUTION__MODE                                 = var.execution_mode
+    AK_EXECUTION__QUEUES__TYPE                         = "sqs"
+    AK_EXECUTION__QUEUES__INPUT__URL                   = var.input_queue_url
+    AK_EXECUTION__QUEUES__OUTPUT__URL                  = var.output_queue_url
+    AK_EXECUTION__RESPONSE_STORE__TYPE                 = "dynamodb"
+    AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME = var.response_table_name
+  }, var.extra_environment)
+
+  send = var.enable_sqs_send ? [{
+    sid       = "SendToInput"
+    actions   = ["sqs:SendMessage"]
+    resources = [var.input_queue_arn]
+  }] : []
+}
+
+module "function" {
+  source = "../lambda-function"
+
+  name                 = var.name
+  package_file         = var.package_file
+  timeout_seconds      = var.timeout_seconds
+  memory_mb            = var.memory_mb
+  reserved_concurrency = var.reserved_concurrency
+  log_retention_days   = var.log_retention_days
+  kms_key_arn          = var.kms_key_arn
+  tags                 = var.tags
+  handler              = var.handler
+  environment          = local.environment
+  policy_statements = concat(local.send, [{
+    sid       = "ReadReplies"
+    actions   = ["dynamodb:GetItem"]
+    resources = [var.response_table_arn]
+  }])
+}

@@ -1,0 +1,41 @@
+# DynamoDB tables read and written by agentkernel. Key names and the TTL attribute are the ones
+# the stores use (src/agentkernel/pipeline/response_store/dynamodb.py, src/agentkernel/session/
+# dynamodb.py); tests/deploy checks they stay in step.
+
+locals {
+  tables = merge(
+    { response = { name = "${var.name_prefix}-responses", hash_key = "request_id" } },
+    var.create_session_table ? { session = { name = "${var.name_prefix}-sessions", hash_key = "session_id" } } : {},
+    var.create_connections_table ? { connections = { name = "${var.name_prefix}-ws-connections", hash_key = "connection_id" } } : {},
+  )
+}
+
+resource "aws_dynamodb_table" "table" {
+  for_each = local.tables
+
+  name         = each.value.name
+  billing_mode = "PAY_PER_REQUEST"
+  hash_key     = each.value.hash_key
+
+  attribute {
+    name = each.value.hash_key
+    type = "S"
+  }
+
+  ttl {
+    attribute_name = "expiry_time"
+    enabled        = true
+  }
+
+  point_in_time_recovery {
+    enabled = var.point_in_time_recovery
+  }
+
+  server_side_encryption {
+    enabled     = true
+    kms_key_arn = var.kms_key_arn
+  }
+
+  deletion_protection_enabled = var.deletion_protection
+  tags                        = var.tags
+}

@@ -1,0 +1,215 @@
+"""The kustomize overlays render, pass the Kubernetes schema, and are wired to their config."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+import yaml
+from kubernetes_validate import SchemaNotFoundError, validate
+
+from agentkernel.core.config import AKConfig
+from agentkernel.pipeline import io_handler
+from tests.deploy import artifacts as a
+
+KUBERNETES_VERSION = "1.30.0"  # oldest minor still in the providers' support windows
+CORE_KINDS = {
+    "Namespace",
+    "ServiceAccount",
+    "ConfigMap",
+    "Service",
+    "Deployment",
+    "PodDisruptionBudget",
+    "NetworkPolicy",
+}
+KEDA = "keda.sh/v1alpha1"
+
+
+def config(overlay: str, tmp_path) -> AKConfig:
+    path = tmp_path / "config.yaml"
+    path.write_text(a.overlay_config_text(overlay))
+    return AKConfig.load(path)
+
+
+@pytest.mark.parametrize("overlay", a.OVERLAYS)
+def test_core_objects_pass_the_strict_schema(overlay: str) -> None:
+    kinds = set()
+    for obj in a.rendered(overlay):
+        if obj["apiVersion"].startswith(("keda.sh/", "jetstream.nats.io/")):
+            with pytest.raises(SchemaNotFoundError):
+                validate(obj, KUBERNETES_VERSION, strict=True)
+            continue
+        validate(obj, KUBERNETES_VERSION, strict=True)
+        kinds.add(obj["kind"])
+    assert kinds == CORE_KINDS
+
+
+def test_the_schema_check_catches_a_wrong_field() -> None:
+    deployment = yaml.safe_load(yaml.safe_dump(a.objects("sqs", "Deployment")["agentkernel-io"]))
+    deployment["spec"]["template"]["spec"]["terminationGracePeriod"] = 60
+    with pytest.raises(Exception, match="terminationGracePeriod"):
+        validate(deployment, KUBERNETES_VERSION, strict=True)
+
+
+@pytest.mark.parametrize("overlay", a.OVERLAYS)
+def test_selectors_match_their_pods(overlay: str) -> None:
+    deployments = a.objects(overlay, "Deployment")
+    labels = {name: d["spec"]["template"]["metadata"]["labels"] for name, d in deployments.items()}
+    for name, d in deployments.items():
+        assert d["spec"]["selector"]["matchLabels"].items() <= labels[name].items()
+    service = a.objects(overlay, "Service")["agentkernel-io"]
+    assert service["spec"]["selector"].items() <= labels["agentkernel-io"].items()
+    for pdb in a.objects(overlay, "PodDisruptionBudget").values():
+        assert (
+            pdb["spec"]["selector"]["matchLabels"].items()
+            <= labels[pdb["metadata"]["name"]].items()
+        )
+    for policy in a.objects(overlay, "NetworkPolicy").values():
+        target = policy["spec"]["podSelector"]["matchLabels"]
+        assert target.items() <= labels[policy["metadata"]["name"]].items()
+
+
+@pytest.mark.parametrize("overlay", a.OVERLAYS)
+def test_io_probes_use_the_apis_health_and_ready_routes(overlay: str, tmp_path) -> None:
+    io = a.objects(overlay, "Deployment")["agentkernel-io"]["spec"]["template"]["spec"]
+    container = io["containers"][0]
+    assert container["livenessProbe"]["httpGet"]["path"] == "/health"
+    assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert int(env["AK_API__PORT"]) == port
+    policy = a.objects(overlay, "NetworkPolicy")["agentkernel-io"]
+    assert policy["spec"]["ingress"][0]["ports"][0]["port"] == port
+
+
+def fetch_wait_seconds(config: AKConfig) -> float:
+    """How long a stopping consumer thread may still sit in one fetch (consumer.py)."""
+    if config.execution.queues.type == "sqs":
+        assert config.execution.queues.sqs is not None
+        return config.execution.queues.sqs.wait_time_seconds  # SQS slices waits by long poll
+    return 1.0  # ConsumerLoop's default slice for transports without their own
+
+
+@pytest.mark.parametrize("overlay", a.OVERLAYS)
+def test_termination_grace_exceeds_the_drain(overlay: str, tmp_path) -> None:
+    cfg = config(overlay, tmp_path)
+    deployments = a.objects(overlay, "Deployment")
+    runner = deployments["agentkernel-runner"]
+    max_turn = float(runner["metadata"]["annotations"]["agentkernel/max-turn-seconds"])
+    grace = runner["spec"]["template"]["spec"]["terminationGracePeriodSeconds"]
+    assert grace > max_turn + fetch_wait_seconds(cfg)
+    io = deployments["agentkernel-io"]["spec"]["template"]["spec"]
+    pre_stop = float(io["containers"][0]["lifecycle"]["preStop"]["exec"]["command"][1])
+    io_drain = (
+        pre_stop
+        + fetch_wait_seconds(cfg)
+        + io_handler.OUTPUT_DRAIN_SECONDS
+        + io_handler.HTTP_DRAIN_SECONDS
+    )
+    assert io["terminationGracePeriodSeconds"] > io_drain
+
+
+@pytest.mark.parametrize("overlay", a.OVERLAYS)
+def test_one_scaled_object_targets_the_runner(overlay: str) -> None:
+    scaled = [o for o in a.rendered(overlay) if o["kind"] == "ScaledObject"]
+    assert len(scaled) == 1 and scaled[0]["apiVersion"] == KEDA
+    spec = scaled[0]["spec"]
+    assert spec["scaleTargetRef"]["name"] in a.objects(overlay, "Deployment")
+    assert spec["scaleTargetRef"]["name"] == "agentkernel-runner"
+    assert 1 <= spec["minReplicaCount"] <= spec["maxReplicaCount"]
+
+
+def triggers(overlay: str) -> list[dict]:
+    return a.objects(overlay, "ScaledObject")["agentkernel-runner"]["spec"]["triggers"]
+
+
+def test_nats_triggers_watch_every_input_partition_consumer(tmp_path) -> None:
+    nats = config("nats", tmp_path).execution.queues.nats
+    assert nats is not None
+    expected = {f"{nats.input_stream}-p{p}" for p in range(nats.partitions)}
+    found = triggers("nats")
+    assert {t["type"] for t in found} == {"nats-jetstream"}
+    assert {t["metadata"]["stream"] for t in found} == {nats.input_stream}
+    assert {t["metadata"]["consumer"] for t in found} == expected
+    assert len(found) == nats.partitions
+
+
+def test_nats_jetstream_objects_match_what_the_transport_expects(tmp_path) -> None:
+    cfg = config("nats", tmp_path)
+    queues, nats = cfg.execution.queues, cfg.execution.queues.nats
+    assert nats is not None and nats.auto_provision is False
+    streams = {o["spec"]["name"]: o["spec"] for o in a.rendered("nats") if o["kind"] == "Stream"}
+    consumers = [o["spec"] for o in a.rendered("nats") if o["kind"] == "Consumer"]
+    queue_settings = {
+        nats.input_stream: (nats.input_subject_prefix, queues.input.max_receive_count),
+        nats.output_stream: (nats.output_subject_prefix, queues.output.max_receive_count),
+    }
+    assert set(streams) == set(queue_settings)
+    for stream, (prefix, max_receive_count) in queue_settings.items():
+        spec = streams[stream]
+        assert spec["subjects"] == [f"{prefix}.>"]
+        assert spec["retention"] == "workqueue"
+        assert spec["duplicateWindow"] == "5m" and nats.duplicate_window == 300.0
+        assert spec["maxAge"] == "24h" and nats.max_age == 86400.0
+        mine = {c["durableName"]: c for c in consumers if c["streamName"] == stream}
+        assert set(mine) == {f"{stream}-p{p}" for p in range(nats.partitions)}
+        for name, consumer in mine.items():
+            partition = name.rsplit("-p", 1)[1]
+            assert consumer["filterSubject"] == f"{prefix}.{partition}"
+            assert consumer["maxAckPending"] == 1
+            assert consumer["maxDeliver"] == max_receive_count + 1  # NatsTransport.from_config
+            assert consumer["ackPolicy"] == "explicit"
+            assert consumer["ackWait"] == "5m" and nats.ack_wait == 300.0
+
+
+def test_kafka_trigger_watches_the_input_consumer_group(tmp_path) -> None:
+    kafka = config("kafka", tmp_path).execution.queues.kafka
+    assert kafka is not None
+    (trigger,) = triggers("kafka")
+    assert trigger["type"] == "kafka"
+    meta = trigger["metadata"]
+    assert meta["consumerGroup"] == f"{kafka.group_id}-input"  # KafkaConsumer's group name
+    assert meta["topic"] == kafka.input_topic
+    assert meta["bootstrapServers"] == kafka.bootstrap_servers
+    assert kafka.bookkeeping == "redis", "several runner pods need shared receive counts"
+
+
+def test_sqs_trigger_watches_the_input_queue(tmp_path) -> None:
+    queues = config("sqs", tmp_path).execution.queues
+    assert queues.sqs is not None
+    (trigger,) = triggers("sqs")
+    assert trigger["type"] == "aws-sqs-queue"
+    assert trigger["metadata"]["queueURL"] == queues.input.url
+    assert trigger["metadata"]["awsRegion"] == queues.sqs.region_name
+    auth = a.objects("sqs", "TriggerAuthentication")[trigger["authenticationRef"]["name"]]
+    assert auth["spec"]["podIdentity"]["provider"] == "aws"
+
+
+@pytest.mark.parametrize("overlay", a.OVERLAYS)
+def test_pods_run_as_the_images_non_root_user(overlay: str) -> None:
+    user = next(args for stage in a.dockerfile_stages()[-1:] for i, args in stage if i == "USER")
+    uid = int(user.split(":")[0])
+    for deployment in a.objects(overlay, "Deployment").values():
+        spec = deployment["spec"]["template"]["spec"]
+        assert spec["securityContext"]["runAsNonRoot"] is True
+        assert spec["securityContext"]["runAsUser"] == uid
+        assert spec["automountServiceAccountToken"] is False
+        container = spec["containers"][0]
+        assert container["securityContext"]["readOnlyRootFilesystem"] is True
+        assert container["securityContext"]["capabilities"]["drop"] == ["ALL"]
+
+
+def test_sqs_overlay_names_what_the_terraform_modules_create(tmp_path) -> None:
+    cfg = config("sqs", tmp_path)
+    prefix = a.defaults(a.ECS)["name"]
+    queues = a.resources(a.MODULES / "queues", "aws_sqs_queue")["queue"]["name"]
+    for queue in ("input", "output"):
+        url = getattr(cfg.execution.queues, queue).url
+        expected = queues.replace("${var.name_prefix}", prefix).replace("${each.key}", queue)
+        assert url is not None and url.rsplit("/", 1)[1] == expected
+    tables = a.expression(a.locals_of(a.MODULES / "tables")["tables"])
+    store, sessions = cfg.execution.response_store.dynamodb, cfg.session.dynamodb
+    assert store is not None and sessions is not None
+    for table, key in ((store.table_name, "response"), (sessions.table_name, "session")):
+        suffix = re.search(rf'{key} = \{{name = "\$\{{var.name_prefix\}}-([a-z-]+)"', tables)
+        assert suffix is not None and table == f"{prefix}-{suffix.group(1)}"
