@@ -61,6 +61,14 @@ module "agent_runner" {
   tags               = var.tags
 }
 
+locals {
+  # Where the connection and response handlers find the open WebSocket connections.
+  websocket_environment = merge(
+    var.websocket ? { AK_API__WEBSOCKET__CONNECTIONS_TABLE = module.tables.connections_table_name } : {},
+    var.websocket_environment,
+  )
+}
+
 module "response_handler" {
   source = "./modules/response-handler"
 
@@ -75,7 +83,7 @@ module "response_handler" {
   response_table_arn      = module.tables.response_table_arn
   websocket_execution_arn = var.websocket ? module.websocket_api[0].execution_arn : null
   connections_table_arn   = module.tables.connections_table_arn
-  extra_environment       = var.websocket ? var.websocket_environment : {}
+  extra_environment       = var.websocket ? local.websocket_environment : {}
   tags                    = var.tags
 }
 
@@ -95,7 +103,7 @@ module "ws_connection_handler" {
   name                  = "${var.name}-ws-connection-handler"
   package_file          = var.package_file
   connections_table_arn = module.tables.connections_table_arn
-  extra_environment     = var.websocket_environment
+  extra_environment     = local.websocket_environment
   tags                  = var.tags
 }
 

@@ -64,7 +64,7 @@ variable "websocket" {
 }
 
 variable "websocket_environment" {
-  description = "AK_* settings the WebSocket connection and response handlers need besides the module defaults (for example where the connections table is named in your configuration)."
+  description = "More AK_* settings for the WebSocket connection and response handlers (the connections table is set already)."
   type        = map(string)
   default     = {}
 }
