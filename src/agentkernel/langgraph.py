@@ -42,9 +42,8 @@ from collections.abc import (
 from typing import Any, NoReturn
 
 from agentkernel.core.agent import Agent, AgentRegistry, Module, Turn
-from agentkernel.core.errors import RetryableError
 from agentkernel.core.extras import require_extra
-from agentkernel.core.model_errors import model_failure
+from agentkernel.core.model_errors import raise_model_failure, within
 
 with require_extra("langgraph", "agentkernel.langgraph"):
     from langchain_core.messages import AIMessage, BaseMessage
@@ -268,14 +267,8 @@ class LangGraphAgent(Agent):
         """The streaming turn: text of the AI message chunks the graph's models produce."""
         graph, config = self._bound(turn)
         stream = graph.astream(self.make_input(turn), config, stream_mode="messages")
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.run_timeout
         try:
-            while True:
-                try:
-                    message, _ = await asyncio.wait_for(anext(stream), deadline - loop.time())
-                except StopAsyncIteration:
-                    break
+            async for message, _ in within(stream, self.run_timeout):
                 if isinstance(message, AIMessage) and (text := _text(message)):
                     yield text
         except Exception as exc:
@@ -285,14 +278,7 @@ class LangGraphAgent(Agent):
                 await stream.aclose()
 
     def _fail(self, exc: Exception) -> NoReturn:
-        if isinstance(exc, TimeoutError):
-            raise RetryableError(
-                f"graph '{self.name}' did not finish within {self.run_timeout} seconds"
-            ) from exc
-        mapped = model_failure(exc)
-        if mapped is None:
-            raise exc
-        raise mapped from exc
+        raise_model_failure(f"graph '{self.name}'", self.run_timeout, exc)
 
 
 class LangGraphModule(Module):

@@ -36,9 +36,8 @@ from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any, NoReturn
 
 from agentkernel.core.agent import Agent, AgentRegistry, Module, Turn
-from agentkernel.core.errors import RetryableError
 from agentkernel.core.extras import require_extra
-from agentkernel.core.model_errors import model_failure
+from agentkernel.core.model_errors import raise_model_failure, within
 
 with require_extra("openai", "agentkernel.openai"):
     import agents as sdk
@@ -136,14 +135,8 @@ class OpenAIAgent(Agent):
         """The streaming turn: the text deltas of the SDK's streamed run."""
         result = sdk.Runner.run_streamed(self.sdk_agent, turn.prompt, **self._options(turn))
         events = result.stream_events()
-        loop = asyncio.get_running_loop()
-        deadline = loop.time() + self.run_timeout
         try:
-            while True:
-                try:
-                    event = await asyncio.wait_for(anext(events), deadline - loop.time())
-                except StopAsyncIteration:
-                    break
+            async for event in within(events, self.run_timeout):
                 if event.type == "raw_response_event" and isinstance(
                     event.data, ResponseTextDeltaEvent
                 ):
@@ -156,14 +149,7 @@ class OpenAIAgent(Agent):
                 await events.aclose()
 
     def _fail(self, exc: Exception) -> NoReturn:
-        if isinstance(exc, TimeoutError):
-            raise RetryableError(
-                f"agent '{self.name}' did not finish within {self.run_timeout} seconds"
-            ) from exc
-        mapped = model_failure(exc)
-        if mapped is None:
-            raise exc
-        raise mapped from exc
+        raise_model_failure(f"agent '{self.name}'", self.run_timeout, exc)
 
 
 class OpenAIModule(Module):

@@ -16,9 +16,14 @@ other providers' SDKs share, and of httpx).
 
 from __future__ import annotations
 
+import asyncio
 import json
+from collections.abc import AsyncIterator
+from typing import NoReturn, TypeVar
 
 from agentkernel.core.errors import AgentKernelError, RetryableError
+
+T = TypeVar("T")
 
 _TRANSIENT = frozenset(
     {
@@ -51,6 +56,28 @@ def model_failure(exc: BaseException) -> Exception | None:
             return mapped
         current = current.__cause__ or current.__context__
     return None
+
+
+def raise_model_failure(what: str, timeout: float, exc: Exception) -> NoReturn:
+    """Raise what ``exc`` means for the turn of ``what`` (an agent or graph, bounded by
+    ``timeout`` seconds): retry a timeout or a transient failure, refuse the rest."""
+    if isinstance(exc, TimeoutError):
+        raise RetryableError(f"{what} did not finish within {timeout} seconds") from exc
+    mapped = model_failure(exc)
+    if mapped is None:
+        raise exc
+    raise mapped from exc
+
+
+async def within(items: AsyncIterator[T], seconds: float) -> AsyncIterator[T]:
+    """The items of a stream, raising ``TimeoutError`` if they are not all there in time."""
+    loop = asyncio.get_running_loop()
+    deadline = loop.time() + seconds
+    while True:
+        try:
+            yield await asyncio.wait_for(anext(items), deadline - loop.time())
+        except StopAsyncIteration:
+            return
 
 
 def _classify(exc: BaseException) -> Exception | None:
