@@ -272,3 +272,49 @@ def test_a_turn_that_fails_its_late_run_is_still_answered(
     run(runner.on_permanent_failure(delivery("h", "retry", "r1", attempt=4)))
     assert agent.runs == ["retry"]
     assert [r["error"] for r in replies(transport)] == ["TURN_FAILED"]
+
+
+# -- on a real broker -----------------------------------------------------------------------------
+
+
+@pytest.mark.nats
+def test_a_2_mb_reply_on_nats_is_answered_reply_too_large_once(nats_url: str) -> None:
+    """The observed case: a reply over NATS's 1 MB message limit was retried, and each retry
+    added the turn to the session state again. Now: one run, one error reply, state untouched."""
+    from agentkernel.pipeline.transport.nats import NatsTransport
+    from tests.transports.test_nats import settings
+
+    transport = NatsTransport(settings(nats_url), {QueueName.INPUT: 10, QueueName.OUTPUT: 10})
+    agent, sessions = Remembering(), InMemorySessionStore()
+    registry = AgentRegistry()
+    runner = AgentRunner(
+        transport,
+        registry=registry,
+        sessions=sessions,
+        queues=QueuesConfig(),
+        runner=RunnerConfig(),
+    )
+
+    async def big(turn: Turn) -> str:
+        agent.runs.append(turn.prompt)
+        turn.state.setdefault("seen", []).append(turn.prompt)
+        return "x" * 2_000_000 if turn.prompt == "BIG" else json.dumps(turn.state["seen"])
+
+    registry.register(Agent("remember", big))
+    try:
+        run(runner.process_message(delivery("n", "first", "r1")))
+        run(runner.process_message(delivery("n", "BIG", "r2")))  # no exception: not retried
+        run(runner.process_message(delivery("n", "BIG", "r2", attempt=2)))
+        run(runner.process_message(delivery("n", "third", "r3")))
+        consumer = transport.create_consumer(QueueName.OUTPUT)
+        got = []
+        while batch := consumer.fetch(10, 2):
+            for message in batch:
+                consumer.ack(message)
+                got.append(json.loads(message.body))
+        consumer.close()
+    finally:
+        transport.close()
+    assert agent.runs == ["first", "BIG", "third"]
+    assert [g.get("error") for g in got] == [None, "REPLY_TOO_LARGE", None]
+    assert sessions.load("n") == {"seen": ["first", "third"]}
