@@ -34,7 +34,11 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis]
 @pytest.mark.timeout(CAP + SYNC_TIMEOUT + 120)
 @pytest.mark.parametrize(("topology", "scenario"), CASES)
 def test_chaos(
-    topology: str, scenario: str, request: pytest.FixtureRequest, tmp_path: Path
+    topology: str,
+    scenario: str,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     moto = request.getfixturevalue("moto_server").url if topology == "sqs" else None
     kafka = request.getfixturevalue("tansu_broker").bootstrap if topology == "kafka" else None
@@ -42,9 +46,8 @@ def test_chaos(
     workdir = Path(os.environ.get("CHAOS_WORKDIR", tmp_path)) / f"{topology}-{scenario}"
     shutil.rmtree(workdir, ignore_errors=True)
     tally = run_scenario(topology, scenario, workdir, cap, moto_url=moto, kafka_bootstrap=kafka)
-    request.config.stash.setdefault(TALLIES, []).append(tally.line())
-    reporter = request.config.pluginmanager.get_plugin("terminalreporter")
-    if reporter is not None:
-        reporter.write_line("\n" + tally.line())
+    request.config.stash.setdefault(TALLIES, []).append(tally.line())  # for the summary
+    with capsys.disabled():
+        print(f"\n{tally.line()}")
     problems = tally.violations()
     assert not problems, "\n".join([tally.line(), *problems, f"logs: {workdir / 'logs'}"])
