@@ -13,6 +13,7 @@ import asyncio
 import os
 import threading
 import time
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -120,8 +121,10 @@ class Tally:
     log_lines: dict[str, int]
     faults: int
     bad_exits: list[str]
+    exits: list[float]
     crashes: int
     seconds: float
+    errors: dict[str, int]
 
     def line(self) -> str:
         c = self.counts
@@ -132,10 +135,16 @@ class Tally:
             f"unanswered {self.unanswered} (+{self.unsent} never sent), "
             f"max wait {self.max_wait:.1f}s (bound {MAX_WAIT:g}s), "
             f"log records {sum(logs)} (max {max(logs, default=0)}/process, bound "
-            f"{LOG_LINES_PER_PROCESS}); failed {c['failed']}, phantom {c['phantom']}, "
+            f"{LOG_LINES_PER_PROCESS}); failed {c['failed']}{self._codes()}, "
+            f"phantom {c['phantom']}, "
             f"changed {c['changed']}, poison {self.poison}, faults {self.faults}, "
-            f"bad exits {len(self.bad_exits)}, crashes {self.crashes}, {self.seconds:.0f}s"
+            f"SIGTERM exits {len(self.exits)} (slowest {max(self.exits, default=0):.1f}s, "
+            f"bad {len(self.bad_exits)}), crashes {self.crashes}, {self.seconds:.0f}s"
         )
+
+    def _codes(self) -> str:
+        codes = ", ".join(f"{code} {n}" for code, n in sorted(self.errors.items()))
+        return f" ({codes})" if codes else ""
 
     def violations(self) -> list[str]:
         found = [f"{n} turns {what}" for what, n in self.counts.items() if n]
@@ -226,9 +235,16 @@ def tally(label: str, workload: Workload, cluster: Cluster, seconds: float) -> T
             for e in events.exits
             if not e.clean
         ],
+        exits=[e.seconds for e in events.exits],
         crashes=events.crashes,
         seconds=seconds,
+        errors=dict(Counter(_code(t) for t in turns if "failed" in t.problems)),
     )
+
+
+def _code(turn: Turn) -> str:
+    doc = turn.doc or {}
+    return f"{turn.status} {doc.get('error', '?')}"
 
 
 def _poison_outcome(poison: list[Turn]) -> str:
