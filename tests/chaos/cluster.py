@@ -58,6 +58,7 @@ class Events:
     faults: list[str] = field(default_factory=list)
     exits: list[Exit] = field(default_factory=list)
     crashes: int = 0
+    errors: list[str] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fault(self, text: str) -> None:

@@ -122,6 +122,8 @@ class Tally:
     faults: int
     bad_exits: list[str]
     exits: list[float]
+    cut: int
+    fault_errors: list[str]
     crashes: int
     seconds: float
     errors: dict[str, int]
@@ -136,7 +138,7 @@ class Tally:
             f"max wait {self.max_wait:.1f}s (bound {MAX_WAIT:g}s), "
             f"log records {sum(logs)} (max {max(logs, default=0)}/process, bound "
             f"{LOG_LINES_PER_PROCESS}); failed {c['failed']}{self._codes()}, "
-            f"phantom {c['phantom']}, "
+            f"phantom {c['phantom']}, cut off {self.cut}, "
             f"changed {c['changed']}, poison {self.poison}, faults {self.faults}, "
             f"SIGTERM exits {len(self.exits)} (slowest {max(self.exits, default=0):.1f}s, "
             f"bad {len(self.bad_exits)}), crashes {self.crashes}, {self.seconds:.0f}s"
@@ -154,6 +156,9 @@ class Tally:
             found.append(f"a caller waited {self.max_wait:.1f}s > {MAX_WAIT:g}s")
         if self.poison not in ("-", "error"):
             found.append(f"poison turn: {self.poison}")
+        if self.cut:
+            found.append(f"{self.cut} POSTs cut off without an answer (no JSON 503/504)")
+        found += [f"the fault script failed: {e}" for e in self.fault_errors]
         found += [
             f"{name} wrote {n} log records > {LOG_LINES_PER_PROCESS}"
             for name, n in self.log_lines.items()
@@ -179,7 +184,7 @@ def run_scenario(
     poison = POISON_AT if scenario == "poison" else None
     workload = Workload(cluster.url, sessions, turns, cluster.deployment.tag, poison)
     stop = threading.Event()
-    faults = threading.Thread(target=SCENARIOS[scenario], args=(cluster, stop), name="faults")
+    faults = threading.Thread(target=_faults, args=(scenario, cluster, stop), name="faults")
     started = time.monotonic()
     try:
         cluster.start()
@@ -194,6 +199,13 @@ def run_scenario(
         seconds = time.monotonic() - started
         cluster.close()
     return tally(f"{topology}/{scenario}", workload, cluster, seconds)
+
+
+def _faults(scenario: str, cluster: Cluster, stop: threading.Event) -> None:
+    try:
+        SCENARIOS[scenario](cluster, stop)
+    except Exception as exc:  # reported in the tally, not lost in a thread
+        cluster.events.errors.append(repr(exc))
 
 
 def warm_up(cluster: Cluster) -> None:
@@ -236,6 +248,8 @@ def tally(label: str, workload: Workload, cluster: Cluster, seconds: float) -> T
             if not e.clean
         ],
         exits=[e.seconds for e in events.exits],
+        cut=sum(t.cuts for t in turns),
+        fault_errors=events.errors,
         crashes=events.crashes,
         seconds=seconds,
         errors=dict(Counter(_code(t) for t in turns if "failed" in t.problems)),

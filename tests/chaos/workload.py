@@ -2,7 +2,8 @@
 
 Each session sends its turns one after the other, the next once the previous one is answered,
 each with an ``Idempotency-Key`` so that a retry after a 503, a cut connection or a draining
-server is the same turn. A 202 or a 504 is followed by polling ``GET /api/v1/chat/{session}``.
+server is the same turn; a POST cut off without an answer is retried, and counted. A 202 or a
+504 is followed by polling ``GET /api/v1/chat/{session}``.
 Each reply's list must equal the prompts of the session answered so far plus its own.
 """
 
@@ -36,6 +37,7 @@ class Turn:
     status: int | None = None
     doc: dict[str, Any] | None = None
     posts: int = 0
+    cuts: int = 0  # POSTs whose connection was dropped without an answer
     problems: set[str] = field(default_factory=set)
 
     @property
@@ -105,6 +107,7 @@ class Workload:
             if request_id is None:
                 turn.posts += 1
                 outcome, doc = await _post(client, turn)
+                turn.cuts += outcome == "cut"
                 if outcome == "poll":
                     request_id = str(doc["request_id"])
             else:
@@ -113,7 +116,7 @@ class Workload:
                 turn.answered, turn.doc = time.monotonic(), doc
                 turn.status = int(doc.pop("_status"))
                 return
-            await asyncio.sleep(RETRY_SECONDS if outcome == "retry" else POLL_SECONDS)
+            await asyncio.sleep(POLL_SECONDS if outcome == "poll" else RETRY_SECONDS)
 
     async def _reread(self, client: httpx.AsyncClient) -> None:
         """Read every answer again: a turn run once more after it was answered shows here."""
@@ -161,9 +164,13 @@ def check(turn: Turn, applied: list[str]) -> None:
 
 async def _post(client: httpx.AsyncClient, turn: Turn) -> tuple[str, dict[str, Any]]:
     body = {"session_id": turn.session, "prompt": turn.prompt, "agent": "recorder"}
-    headers = {"Idempotency-Key": f"turn-{turn.index}"}
+    # A connection of its own per POST: a connection dropped while the request is being answered
+    # is then the server cutting off a caller (counted), never a stale pooled connection.
+    headers = {"Idempotency-Key": f"turn-{turn.index}", "Connection": "close"}
     try:
         response = await client.post("/api/v1/chat", json=body, headers=headers)
+    except (httpx.RemoteProtocolError, httpx.ReadError):
+        return "cut", {}
     except httpx.HTTPError:
         return "retry", {}
     return classify(response)
