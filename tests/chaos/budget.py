@@ -13,8 +13,6 @@ import time
 
 import pytest
 
-from tests.chaos.scenarios import CAP
-
 BUDGET = float(os.environ.get("CHAOS_BUDGET", "540"))
 #: Start-up, warm-up and teardown of one scenario, outside its cap.
 OVERHEAD = 20.0
@@ -23,10 +21,10 @@ SHORTEST = 15.0
 STARTED = pytest.StashKey[float]()
 
 
-def cap(config: pytest.Config) -> float:
-    """This scenario's cap: :data:`CAP`, or less when the suite's budget is running out."""
+def cap(config: pytest.Config, wanted: float) -> float:
+    """A scenario's cap: ``wanted``, or less when the suite's budget is running out."""
     started = config.stash.setdefault(STARTED, time.monotonic())
     left = BUDGET - (time.monotonic() - started) - OVERHEAD
     if left < SHORTEST:
         pytest.fail(f"the chaos suite's budget of {BUDGET:g}s is spent", pytrace=False)
-    return min(CAP, left)
+    return min(wanted, left)

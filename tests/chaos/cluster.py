@@ -190,7 +190,7 @@ class Cluster:
 
     # -- end ---------------------------------------------------------------------------------
 
-    def log_lines(self) -> dict[str, int]:
+    def log_records(self) -> dict[str, int]:
         """Log records each process wrote, by log file name (a traceback is part of one)."""
         counts = {}
         for log in self.deployment.logs:

@@ -3,7 +3,7 @@
 A scenario is a fault script run in a thread beside the workload. Bounds (see docs/chaos.md):
 every turn answered once, each reply's list exact, no normal turn failed, the poison turn
 answered with an error, no normal caller waiting longer than ``MAX_WAIT``, no process writing
-more than ``LOG_LINES_PER_PROCESS`` log lines, every SIGTERMed process exiting 0 within
+more than ``LOG_RECORDS_PER_PROCESS`` log records, every SIGTERMed process exiting 0 within
 ``DRAIN_BOUND``; and the whole scenario ends within its ``CAP`` whatever happens.
 """
 
@@ -29,9 +29,12 @@ MAX_WAIT = float(os.environ.get("CHAOS_MAX_WAIT", "30"))
 CAP = float(os.environ.get("CHAOS_CAP", "60"))
 #: Log records one process (one incarnation) may write during a scenario; a quiet one writes
 #: about ten, an outage of a few seconds with sensible retry logging a few dozen.
-LOG_LINES_PER_PROCESS = 300
+LOG_RECORDS_PER_PROCESS = 300
 #: Turn of the workload that is the poison turn: (session number, turn number).
 POISON_AT = (0, 3)
+#: The poison turn crashes a runner on each of its ``max_receive_count`` (3) deliveries, and each
+#: crash costs up to one lease, so that scenario may run two waits longer before the cap.
+POISON_CAP = CAP + 2 * MAX_WAIT
 WARM_UP_SECONDS = 60.0
 #: Where the tally lines of a pytest run are collected for the summary.
 TALLIES = pytest.StashKey[list[str]]()
@@ -118,7 +121,7 @@ class Tally:
     unsent: int
     max_wait: float
     poison: str
-    log_lines: dict[str, int]
+    log_records: dict[str, int]
     faults: int
     bad_exits: list[str]
     exits: list[float]
@@ -130,14 +133,14 @@ class Tally:
 
     def line(self) -> str:
         c = self.counts
-        logs = self.log_lines.values()
+        logs = self.log_records.values()
         return (
             f"chaos {self.label}: answered {self.answered}/{self.sent}, lost {c['lost']}, "
             f"applied twice {c['applied twice']}, out of order {c['out of order']}, "
             f"unanswered {self.unanswered} (+{self.unsent} never sent), "
             f"max wait {self.max_wait:.1f}s (bound {MAX_WAIT:g}s), "
             f"log records {sum(logs)} (max {max(logs, default=0)}/process, bound "
-            f"{LOG_LINES_PER_PROCESS}); failed {c['failed']}{self._codes()}, "
+            f"{LOG_RECORDS_PER_PROCESS}); failed {c['failed']}{self._codes()}, "
             f"phantom {c['phantom']}, cut off {self.cut}, "
             f"changed {c['changed']}, poison {self.poison}, faults {self.faults}, "
             f"SIGTERM exits {len(self.exits)} (slowest {max(self.exits, default=0):.1f}s, "
@@ -160,11 +163,16 @@ class Tally:
             found.append(f"{self.cut} POSTs cut off without an answer (no JSON 503/504)")
         found += [f"the fault script failed: {e}" for e in self.fault_errors]
         found += [
-            f"{name} wrote {n} log records > {LOG_LINES_PER_PROCESS}"
-            for name, n in self.log_lines.items()
-            if n > LOG_LINES_PER_PROCESS
+            f"{name} wrote {n} log records > {LOG_RECORDS_PER_PROCESS}"
+            for name, n in self.log_records.items()
+            if n > LOG_RECORDS_PER_PROCESS
         ]
         return found + self.bad_exits
+
+
+def cap_of(scenario: str) -> float:
+    """Seconds the workload of ``scenario`` may run."""
+    return POISON_CAP if scenario == "poison" else CAP
 
 
 def run_scenario(
@@ -240,7 +248,7 @@ def tally(label: str, workload: Workload, cluster: Cluster, seconds: float) -> T
         unsent=sum(t.started is None for t in turns),
         max_wait=max((t.wait for t in normal), default=0.0),
         poison=_poison_outcome(poison),
-        log_lines=cluster.log_lines(),
+        log_records=cluster.log_records(),
         faults=len(events.faults),
         bad_exits=[
             f"{e.role} {e.cause}: exit {e.code} after {e.seconds:.1f}s"

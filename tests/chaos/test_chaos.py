@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos import budget
-from tests.chaos.scenarios import CAP, TALLIES, TOPOLOGIES, run_scenario
+from tests.chaos.scenarios import POISON_CAP, TALLIES, TOPOLOGIES, cap_of, run_scenario
 from tests.chaos.workload import SYNC_TIMEOUT
 
 MARKS = {
@@ -31,7 +31,7 @@ CASES = [
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis]
 
 
-@pytest.mark.timeout(CAP + SYNC_TIMEOUT + 120)
+@pytest.mark.timeout(POISON_CAP + SYNC_TIMEOUT + 120)
 @pytest.mark.parametrize(("topology", "scenario"), CASES)
 def test_chaos(
     topology: str,
@@ -42,7 +42,7 @@ def test_chaos(
 ) -> None:
     moto = request.getfixturevalue("moto_server").url if topology == "sqs" else None
     kafka = request.getfixturevalue("tansu_broker").bootstrap if topology == "kafka" else None
-    cap = budget.cap(request.config)
+    cap = budget.cap(request.config, cap_of(scenario))
     workdir = Path(os.environ.get("CHAOS_WORKDIR", tmp_path)) / f"{topology}-{scenario}"
     shutil.rmtree(workdir, ignore_errors=True)
     tally = run_scenario(topology, scenario, workdir, cap, moto_url=moto, kafka_bootstrap=kafka)
