@@ -251,7 +251,7 @@ def tally(label: str, workload: Workload, cluster: Cluster, seconds: float) -> T
         log_records=cluster.log_records(),
         faults=len(events.faults),
         bad_exits=[
-            f"{e.role} {e.cause}: exit {e.code} after {e.seconds:.1f}s"
+            f"{e.role} SIGTERM: exit {e.code} after {e.seconds:.1f}s"
             for e in events.exits
             if not e.clean
         ],
