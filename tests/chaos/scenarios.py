@@ -43,9 +43,9 @@ FaultScript = Callable[[Cluster, threading.Event], None]
 
 
 def kill9(cluster: Cluster, stop: threading.Event) -> None:
-    """``kill -9`` of a random runner every 2.5 s, four times; each is restarted at once."""
+    """``kill -9`` of a random runner every 2 s, four times; each is restarted at once."""
     for _ in range(4):
-        if stop.wait(2.5):
+        if stop.wait(2.0):
             return
         cluster.kill_runner()
 
@@ -102,10 +102,10 @@ TOPOLOGIES: dict[str, list[str]] = {
 #: sessions x turns per topology, scaled down from 100 x 10 to keep the suite under 10 minutes
 #: on two cores; moto serves ~60-90 calls/s, so SQS runs a smaller load still.
 LOAD: dict[str, tuple[int, int]] = {
-    "embedded": (40, 10),
-    "nats": (40, 10),
-    "sqs": (20, 10),
-    "kafka": (40, 10),
+    "embedded": (30, 10),
+    "nats": (30, 10),
+    "sqs": (15, 10),
+    "kafka": (30, 10),
 }
 
 
