@@ -192,7 +192,9 @@ def run_scenario(
     poison = POISON_AT if scenario == "poison" else None
     workload = Workload(cluster.url, sessions, turns, cluster.deployment.tag, poison)
     stop = threading.Event()
-    faults = threading.Thread(target=_faults, args=(scenario, cluster, stop), name="faults")
+    faults = threading.Thread(
+        target=_faults, args=(scenario, cluster, stop, workload), name="faults"
+    )
     started = time.monotonic()
     try:
         cluster.start()
@@ -209,11 +211,13 @@ def run_scenario(
     return tally(f"{topology}/{scenario}", workload, cluster, seconds)
 
 
-def _faults(scenario: str, cluster: Cluster, stop: threading.Event) -> None:
+def _faults(scenario: str, cluster: Cluster, stop: threading.Event, workload: Workload) -> None:
     try:
         SCENARIOS[scenario](cluster, stop)
     except Exception as exc:  # reported in the tally, not lost in a thread
         cluster.events.errors.append(repr(exc))
+    finally:
+        workload.faults_ended = time.monotonic()
 
 
 def warm_up(cluster: Cluster) -> None:

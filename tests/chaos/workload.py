@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import itertools
 import json
 import time
 from dataclasses import dataclass, field
@@ -22,6 +23,8 @@ from tests.chaos.agents import POISON
 
 POLL_SECONDS = 0.5
 RETRY_SECONDS = 0.5
+#: Turns a session may send while the faults go on.
+MAX_TURNS = 200
 SYNC_TIMEOUT = 60.0  # the product's default api.sync_timeout; a POST may wait that long
 #: Answers that say "not yet" or "try again", never a turn's outcome.
 TRANSIENT = {"TIMEOUT", "SHUTTING_DOWN", "QUEUE_UNAVAILABLE", "STORE_UNAVAILABLE", "NOT_FOUND"}
@@ -53,10 +56,14 @@ class Turn:
 class Workload:
     """``sessions`` x ``turns`` turns against ``url``; ``poison`` puts one poison turn in.
 
+    Each session sends at least ``turns`` turns, and goes on while the faults last (up to
+    ``MAX_TURNS``), so that every fault meets traffic and each session's last turn is sent after
+    the last fault; ``faults_ended`` is set when the fault script is over.
+
     Args:
         url: the IO process.
         sessions: concurrent sessions.
-        turns: turns per session.
+        turns: turns each session sends at least.
         tag: makes session ids unique to the run.
         poison: (session number, turn number) of the poison turn, if any.
     """
@@ -70,6 +77,7 @@ class Workload:
         poison: tuple[int, int] | None = None,
     ) -> None:
         self.url = url
+        self.faults_ended: float | None = None
         self.turns = [
             [Turn(f"{tag}-s{s}", i, POISON if (s, i) == poison else f"p{i}") for i in range(turns)]
             for s in range(sessions)
@@ -92,13 +100,23 @@ class Workload:
 
     async def _session(self, client: httpx.AsyncClient, turns: list[Turn], deadline: float) -> None:
         applied: list[str] = []
-        for turn in turns:
+        for i in itertools.count():
+            if i == len(turns):
+                if not self._more(turns):
+                    return
+                turns.append(Turn(turns[0].session, i, f"p{i}"))
+            turn = turns[i]
             await self._drive(client, turn, deadline)
             if turn.answered is None:
                 return
             check(turn, applied)
             if turn.status == 200:
                 applied.append(turn.prompt)
+
+    def _more(self, turns: list[Turn]) -> bool:
+        """Whether a session that sent its turns goes on: faults still running, or not yet met."""
+        ended, last = self.faults_ended, turns[-1].started
+        return len(turns) < MAX_TURNS and (ended is None or last is None or last < ended)
 
     async def _drive(self, client: httpx.AsyncClient, turn: Turn, deadline: float) -> None:
         turn.started = time.monotonic()
