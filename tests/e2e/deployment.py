@@ -10,6 +10,7 @@ import sys
 import time
 import uuid
 from pathlib import Path
+from typing import Any
 
 import httpx
 
@@ -20,14 +21,24 @@ AGENTS = Path(__file__).with_name("ecs_test_runner.py")
 
 
 class Deployment:
-    """An IO process (``agentkernel io``) plus runner processes (``agentkernel runner``)."""
+    """An IO process (``agentkernel io``) plus runner processes (``agentkernel runner``).
 
-    def __init__(self, env: dict[str, str]) -> None:
+    Args:
+        env: configuration of every process (``AK_`` variables).
+        log_dir: write each process's stderr to its own file there (``<role>-<n>.log``), so a
+            chatty process never blocks on a full pipe and its lines can be counted; default:
+            a pipe, read when the deployment closes.
+    """
+
+    def __init__(self, env: dict[str, str], log_dir: Path | None = None) -> None:
         self.tag = uuid.uuid4().hex[:10]
         self.run_log = Path(os.environ.get("TMPDIR", "/tmp")) / f"runs-{self.tag}.log"
+        self.log_dir = log_dir
+        self.logs: list[Path] = []
         self.env = {
             "PATH": os.environ["PATH"],
-            "PYTHONPATH": str(ROOT),
+            # This checkout's sources first, whatever the virtualenv has installed.
+            "PYTHONPATH": os.pathsep.join((str(ROOT / "src"), str(ROOT))),
             "E2E_RUN_LOG": str(self.run_log),
             **env,
         }
@@ -37,8 +48,10 @@ class Deployment:
         self.client = httpx.Client(base_url=self.url, timeout=30)
         self.io: subprocess.Popen[str] | None = None
 
-    def start_io(self) -> None:
-        self.io = self.spawn("io", "--port", str(self.port))
+    def start_io(self, agents: Path | None = None) -> None:
+        """Start the IO process; with ``agents``, the embedded server (``serve``) instead."""
+        command = ("serve", str(agents)) if agents is not None else ("io",)
+        self.io = self.spawn(*command, "--port", str(self.port))
         self.wait_healthy()
 
     def wait_healthy(self) -> None:
@@ -53,18 +66,25 @@ class Deployment:
                 time.sleep(0.1)
         raise AssertionError("IO process did not start")
 
-    def runner(self) -> subprocess.Popen[str]:
-        return self.spawn("runner", str(AGENTS))
+    def runner(self, agents: Path = AGENTS) -> subprocess.Popen[str]:
+        return self.spawn("runner", str(agents))
 
     def spawn(self, *args: str) -> subprocess.Popen[str]:
+        stderr: Any = subprocess.PIPE
+        if self.log_dir is not None:
+            log = self.log_dir / f"{args[0]}-{len(self.procs)}.log"
+            self.logs.append(log)
+            stderr = log.open("w")
         proc = subprocess.Popen(
             [sys.executable, "-m", "agentkernel", *args],
             env=self.env,
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
+            stderr=stderr,
             text=True,
         )
+        if stderr is not subprocess.PIPE:
+            stderr.close()  # the child has its own descriptor
         self.procs.append(proc)
         return proc
 

@@ -1,0 +1,43 @@
+"""The chaos suite runs only when asked for: ``-m chaos`` or a path inside tests/chaos.
+
+``python -m pytest`` (the README's command) leaves it out so the everyday run stays quick;
+``.ci/run`` runs it as a stage of its own under a hard time bound. Each scenario prints its tally
+line as it ends, and all of them are repeated in the summary.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.chaos.scenarios import TALLIES
+
+HERE = Path(__file__).parent.resolve()
+
+
+def _asked_for(config: pytest.Config) -> bool:
+    if "chaos" in (config.option.markexpr or ""):
+        return True
+    for arg in config.args:
+        path = Path(arg.split("::")[0]).resolve()
+        if path == HERE or HERE in path.parents:
+            return True
+    return False
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    if _asked_for(config):
+        return
+    chaos = [item for item in items if item.get_closest_marker("chaos")]
+    if chaos:
+        config.hook.pytest_deselected(items=chaos)
+        items[:] = [item for item in items if not item.get_closest_marker("chaos")]
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    lines = terminalreporter.config.stash.get(TALLIES, [])
+    if lines:
+        terminalreporter.section("chaos tallies")
+        for line in lines:
+            terminalreporter.write_line(line)
