@@ -150,3 +150,32 @@ def test_missing_dynamodb_table_is_a_store_error_not_an_outage(aws: str) -> None
         store.ping()
     assert not isinstance(caught.value, StoreUnavailableError)
     store.close()
+
+
+def test_a_redis_waiter_gets_its_reply_after_the_subscription_died(redis_url: str) -> None:
+    """Seen in the chaos suite: after Redis restarted, the listener thread was gone and a reply
+    stored before a new one subscribed woke nobody; the caller waited out its whole timeout."""
+    import asyncio
+    import time
+
+    from agentkernel.pipeline.response_store.base import ResponseRecord
+
+    prefix = f"t:{uuid.uuid4().hex}:"
+    waiting, writer = RedisResponseStore(redis_url, prefix), RedisResponseStore(redis_url, prefix)
+    record = ResponseRecord(uuid.uuid4().hex, "s", 200, {"result": "late"})
+
+    async def scenario() -> float:
+        task = asyncio.create_task(waiting.wait(record.request_id, 20))
+        await asyncio.sleep(0.3)
+        waiting._pubsub.close()  # the subscription dies, as when Redis restarts
+        await asyncio.sleep(0.3)
+        started = time.monotonic()
+        await asyncio.to_thread(writer.put, record)
+        assert await task == record
+        return time.monotonic() - started
+
+    try:
+        assert asyncio.run(scenario()) < 3
+    finally:
+        waiting.close()
+        writer.close()

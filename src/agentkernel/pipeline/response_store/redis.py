@@ -18,7 +18,8 @@ import asyncio
 import json
 import logging
 import threading
-from collections.abc import Iterator
+import time
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
@@ -29,6 +30,9 @@ from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseSto
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
 logger = logging.getLogger(__name__)
+
+#: Longest time a waiter relies on pub/sub alone before it reads its key again, in seconds.
+RECHECK_SECONDS = 1.0
 
 # Appends chunk ARGV[1] only when it is the next index (a redelivered chunk is ignored), then
 # wakes the waiters of every IO process through the reply channel.
@@ -97,14 +101,10 @@ class RedisResponseStore(ResponseStore):
             return [json.loads(item) for item in raw]
 
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
-        with _redis_errors("subscription to replies"):
-            await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
-
         def changed() -> bool:
             return self._changed(request_id, seen)
 
-        await wait_for_record(self._waiters, request_id, timeout, changed)
-        return await asyncio.to_thread(changed)
+        return await self._wait_until(request_id, timeout, changed)
 
     def _changed(self, request_id: str, seen: int) -> bool:
         with _redis_errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
@@ -114,10 +114,22 @@ class RedisResponseStore(ResponseStore):
         return int(length) > seen + 1 or bool(exists)
 
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
-        with _redis_errors("subscription to replies"):
-            await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
-        await wait_for_record(self._waiters, request_id, timeout, lambda: self.get(request_id))
+        await self._wait_until(request_id, timeout, lambda: self.get(request_id) is not None)
         return self.get(request_id)
+
+    async def _wait_until(self, request_id: str, timeout: float, check: Callable[[], bool]) -> bool:
+        """Wait for a notification, re-checking every ``RECHECK_SECONDS``: a notification sent
+        while the subscription was down (Redis restarted) is lost, the key is not."""
+        deadline = time.monotonic() + timeout
+        while True:
+            with _redis_errors("subscription to replies"):
+                await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
+            remaining = deadline - time.monotonic()
+            await wait_for_record(
+                self._waiters, request_id, max(0.0, min(remaining, RECHECK_SECONDS)), check
+            )
+            if await asyncio.to_thread(check) or remaining <= RECHECK_SECONDS:
+                return await asyncio.to_thread(check)
 
     def _ensure_listener(self) -> None:
         with self._lock:
