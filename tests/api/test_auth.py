@@ -11,11 +11,8 @@ from pathlib import Path
 from typing import Any
 
 import httpx
-import jwt
 import pytest
 import websockets.sync.client as ws_client
-from cryptography.hazmat.primitives import serialization
-from cryptography.hazmat.primitives.asymmetric import ec, rsa
 from pydantic import SecretStr
 from websockets.exceptions import InvalidStatus
 
@@ -24,6 +21,8 @@ from agentkernel.core.config import AuthConfig
 from agentkernel.pipeline.io_handler import IOHandler
 
 from .conftest import Server, make_config, poll
+
+jwt = pytest.importorskip("jwt", reason="JWT support needs the 'auth' extra")
 
 SECRET = "hs256-test-secret-of-enough-length-0123456789"
 KEYS = {"alice": "alice-key-7f3a", "bob": "bob-key-91c2"}
@@ -173,6 +172,9 @@ def test_secrets_never_reach_the_logs(server: Server, caplog: pytest.LogCaptureF
 
 
 def keypair(kind: str) -> tuple[Any, bytes]:
+    from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric import ec, rsa
+
     private = (
         rsa.generate_private_key(65537, 2048)
         if kind == "RS256"
