@@ -40,18 +40,18 @@ from agentkernel.pipeline.chat import (
     ChatRequest,
     FrameError,
     HTTPError,
+    check_agent,
     parse_chat,
     parse_frame,
     request_id_for,
     system_response,
+    turn_message,
 )
 from agentkernel.pipeline.envelope import (
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
-    ATTR_REQUEST_ID,
     ATTR_STREAM,
     ATTR_TRACEPARENT,
-    QueueMessage,
     QueueName,
 )
 from agentkernel.pipeline.response_store import (
@@ -201,23 +201,13 @@ class Lambda:
 
 
 def _check(chat: ChatRequest) -> ChatRequest:
-    registry = AgentRegistry.default()
-    if registry.agents() and chat.agent and chat.agent not in registry:
-        raise HTTPError(
-            404, "AGENT_NOT_FOUND", f"no agent named {chat.agent!r}", session_id=chat.session_id
-        )
-    return chat
+    return check_agent(chat, AgentRegistry.default())
 
 
 def _enqueue(
     transport: QueueTransport, chat: ChatRequest, request_id: str, attributes: dict[str, str]
 ) -> None:
-    message = QueueMessage(
-        body=chat.model_dump_json(exclude_none=True),
-        attributes={ATTR_REQUEST_ID: request_id} | attributes,
-        group_id=chat.session_id,
-        dedup_id=request_id,
-    )
+    message = turn_message(chat, request_id, attributes)
     try:
         transport.send(QueueName.INPUT, message)
     except MessageRejectedError as exc:

@@ -15,6 +15,9 @@ from typing import Annotated, Any
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
+from agentkernel.core.agent import AgentRegistry
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+
 _IDEMPOTENCY_NS = uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10")
 
 
@@ -119,6 +122,30 @@ def request_id_for(
     if secret is not None:
         return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()[:32], False
     return uuid.uuid5(_IDEMPOTENCY_NS, text).hex, False
+
+
+def check_agent(chat: ChatRequest, registry: AgentRegistry) -> ChatRequest:
+    """Refuse a turn for an agent this process knows does not exist (a process without agents,
+    such as an IO process, leaves that check to the runner).
+
+    Raises:
+        HTTPError: 404 ``AGENT_NOT_FOUND``.
+    """
+    if registry.agents() and chat.agent and chat.agent not in registry:
+        raise HTTPError(
+            404, "AGENT_NOT_FOUND", f"no agent named {chat.agent!r}", session_id=chat.session_id
+        )
+    return chat
+
+
+def turn_message(chat: ChatRequest, request_id: str, attributes: dict[str, str]) -> QueueMessage:
+    """The INPUT message of a turn: the session is its group, its request id the dedup id."""
+    return QueueMessage(
+        body=chat.model_dump_json(exclude_none=True),
+        attributes={ATTR_REQUEST_ID: request_id} | attributes,
+        group_id=chat.session_id,
+        dedup_id=request_id,
+    )
 
 
 # -- WebSocket chat frames ---------------------------------------------------------------------

@@ -35,14 +35,14 @@ from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.chat import (
     ChatRequest,
     HTTPError,
+    check_agent,
     parse_chat,
     request_id_for,
+    turn_message,
 )
 from agentkernel.pipeline.envelope import (
-    ATTR_REQUEST_ID,
     ATTR_TRACEPARENT,
     ATTR_USER_ID,
-    QueueMessage,
     QueueName,
 )
 from agentkernel.pipeline.http import sse
@@ -241,10 +241,7 @@ class RequestHandler:
         Raises:
             HTTPError: 404 for an unknown agent, 503 while shutting down.
         """
-        if self.registry.agents() and chat.agent and chat.agent not in self.registry:
-            raise HTTPError(
-                404, "AGENT_NOT_FOUND", f"no agent named {chat.agent!r}", session_id=chat.session_id
-            )
+        check_agent(chat, self.registry)
         if ThreadRunner.shutdown_event.is_set():
             raise HTTPError(503, "SHUTTING_DOWN", "the server is shutting down; retry elsewhere")
         return chat
@@ -311,13 +308,10 @@ class RequestHandler:
         request id and a Location: polling it, or retrying with the same Idempotency-Key,
         resolves what happened without running the turn twice.
         """
-        message = QueueMessage(
-            body=chat.model_dump_json(exclude_none=True),
-            attributes={ATTR_REQUEST_ID: turn.request_id, ATTR_TRACEPARENT: traceparent}
-            | ({ATTR_USER_ID: user} if (user := IDENTITY.get()) is not None else {}),
-            group_id=chat.session_id,
-            dedup_id=turn.request_id,
-        )
+        attributes = {ATTR_TRACEPARENT: traceparent}
+        if (user := IDENTITY.get()) is not None:
+            attributes[ATTR_USER_ID] = user
+        message = turn_message(chat, turn.request_id, attributes)
         timeout = self.config.api.enqueue_timeout
         send = call(self.transport.nonblocking, self.transport.send, QueueName.INPUT, message)
         try:
