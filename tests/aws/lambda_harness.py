@@ -117,6 +117,12 @@ class LambdaContext:
         return int((self.deadline - time.monotonic()) * 1000)
 
 
+def _raw(body: Any, b64: bool) -> str | None:
+    """An event's ``body``: JSON text of ``body`` (a string as it is), base64 when ``b64``."""
+    raw = None if body is None else (body if isinstance(body, str) else json.dumps(body))
+    return base64.b64encode(raw.encode()).decode() if b64 and raw is not None else raw
+
+
 def http_v2(
     method: str,
     path: str,
@@ -125,9 +131,7 @@ def http_v2(
     query: dict[str, str] | None = None,
     b64: bool = False,
 ) -> dict[str, Any]:
-    raw = None if body is None else (body if isinstance(body, str) else json.dumps(body))
-    if b64 and raw is not None:
-        raw = base64.b64encode(raw.encode()).decode()
+    raw = _raw(body, b64)
     return {
         "version": "2.0",
         "routeKey": "$default",
@@ -158,9 +162,7 @@ def rest_v1(
     query: dict[str, str] | None = None,
     b64: bool = False,
 ) -> dict[str, Any]:
-    raw = None if body is None else (body if isinstance(body, str) else json.dumps(body))
-    if b64 and raw is not None:
-        raw = base64.b64encode(raw.encode()).decode()
+    raw = _raw(body, b64)
     return {
         "resource": "/{proxy+}",
         "path": path,
