@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import signal
 import socket
 import subprocess
 import sys
+import time
 from pathlib import Path
+
+import httpx
 
 from agentkernel import __version__
 
@@ -49,3 +53,41 @@ def test_a_port_in_use(tmp_path: Path) -> None:
         port = taken.getsockname()[1]
         done = run("serve", "agents.py", "--port", str(port), cwd=tmp_path)
     one_line_error(done, f"api.port: cannot listen on 127.0.0.1:{port}")
+
+
+def test_serve_prints_a_start_summary_and_with_access_log_one_line_per_request(
+    tmp_path: Path,
+) -> None:
+    (tmp_path / "agents.py").write_text(
+        "from agentkernel import Agent, Module\nModule([Agent('echo', lambda turn: turn.prompt)])\n"
+    )
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    command = [sys.executable, "-m", "agentkernel", "serve", "agents.py", "--port", str(port)]
+    server = subprocess.Popen(
+        [*command, "--access-log"], cwd=tmp_path, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                httpx.get(url + "/health", timeout=1)
+                break
+            except httpx.TransportError:
+                assert time.monotonic() < deadline and server.poll() is None, "no server"
+                time.sleep(0.1)
+        reply = httpx.post(url + "/api/v1/chat", json={"session_id": "s", "prompt": "hi"})
+        assert reply.status_code == 200
+    finally:
+        server.send_signal(signal.SIGTERM)
+        _, stderr = server.communicate(timeout=30)
+    summary = f"agentkernel {__version__} serve on http://127.0.0.1:{port}: agents [echo], "
+    assert summary + "transport in_memory, response store in_memory" in stderr, stderr
+    request_id = reply.json()["request_id"]
+    access = [line for line in stderr.splitlines() if "agentkernel.access" in line]
+    assert any('"GET /health" 200 ' in line for line in access), stderr
+    assert any(
+        '"POST /api/v1/chat" 200 ' in line and f"request_id={request_id}" in line for line in access
+    ), stderr

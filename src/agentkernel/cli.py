@@ -56,7 +56,15 @@ def _register(obj: Any) -> None:
 def _configure(args: argparse.Namespace) -> None:
     config = AKConfig.load(getattr(args, "config", None))
     api = config.api.model_copy(
-        update={k: v for k, v in (("host", args.host), ("port", args.port)) if v is not None}
+        update={
+            k: v
+            for k, v in (
+                ("host", args.host),
+                ("port", args.port),
+                ("access_log", args.access_log or None),
+            )
+            if v is not None
+        }
     )
     AKConfig.set(config.model_copy(update={"api": api}))
     logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
@@ -159,6 +167,11 @@ def build_parser() -> argparse.ArgumentParser:
         if name != "runner":
             cmd.add_argument("--host", help="interface to listen on (api.host)")
             cmd.add_argument("--port", type=int, help="port to listen on (api.port)")
+            cmd.add_argument(
+                "--access-log",
+                action="store_true",
+                help="log one line per request (api.access_log)",
+            )
         cmd.add_argument("--config", help="config.yaml to read (default ./config.yaml)")
     chat = sub.add_parser("chat", help="send a chat turn (or, without PROMPT, chat line by line)")
     chat.add_argument("prompt", nargs="?", help="the message; omit it for an interactive session")

@@ -29,6 +29,7 @@ KEYS = {"alice": "alice-key-7f3a", "bob": "bob-key-91c2"}
 
 
 def echo(turn):  # type: ignore[no-untyped-def]
+    time.sleep(float(turn.extra.get("delay", 0)))
     turn.state.setdefault("seen", []).append(turn.prompt)
     return json.dumps(turn.state["seen"])
 
@@ -138,6 +139,19 @@ def test_a_session_belongs_to_the_identity_that_created_it(server: Server) -> No
     assert json.loads(again.json()["result"]) == ["one", "two"]  # bob's turn never ran
 
 
+def test_a_running_turn_is_pending_only_for_its_owner(server: Server) -> None:
+    accepted = server.client.post(
+        "/api/v1/chat",
+        json={"session_id": "slow-owned", "prompt": "p", "delay": 0.6},
+        headers=as_key("alice") | {"Prefer": "respond-async"},
+    )
+    params = {"request_id": accepted.json()["request_id"]}
+    own = server.client.get("/api/v1/chat/slow-owned", params=params, headers=as_key("alice"))
+    other = server.client.get("/api/v1/chat/slow-owned", params=params, headers=as_key("bob"))
+    assert (own.status_code, own.json()["error"]) == (404, "PENDING")
+    assert (other.status_code, other.json()["error"]) == (404, "NOT_FOUND")
+
+
 def test_idempotent_request_ids_are_per_identity_and_keyed(server: Server) -> None:
     key = {"Idempotency-Key": "same-key", "Prefer": "respond-async"}
     alice = chat(server, "idem", "x", as_key("alice") | key).json()["request_id"]
@@ -224,3 +238,37 @@ def test_rs256_public_key_and_es256_jwks(tmp_path: Path) -> None:
         assert chat(by_jwks, "e", "hi", bearer(unknown_kid)).status_code == 401
     finally:
         by_jwks.close()
+
+
+def test_access_log_lines_name_the_turn_and_user_and_never_a_credential(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    s = start({"enabled": True, "jwt": {"secret": SECRET}}, access_log=True)
+    secret_token = token("erin")
+    try:
+        with caplog.at_level(logging.INFO, logger="agentkernel.access"):
+            answered = chat(s, "logged", "hi", bearer(secret_token))
+            refused = chat(s, "logged", "hi", bearer("not-a-token"))
+            url = s.url.replace("http://", "ws://") + "/ws?token=" + secret_token
+            with ws_client.connect(url) as ws:
+                ws.send(json.dumps({"session_id": "w", "prompt": "hi"}))
+                ws.recv(timeout=10)
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not any(
+                '"WS /ws' in r.getMessage() for r in caplog.records
+            ):
+                time.sleep(0.05)
+    finally:
+        s.close()
+    lines = [r.getMessage() for r in caplog.records if r.name == "agentkernel.access"]
+    request_id = answered.json()["request_id"]
+    assert refused.status_code == 401
+    assert any(
+        '"POST /api/v1/chat" 200 ' in line
+        and f"request_id={request_id}" in line
+        and "user=erin" in line
+        for line in lines
+    ), lines
+    assert any('"POST /api/v1/chat" 401 ' in line for line in lines), lines
+    assert any('"WS /ws?token=***" 101 ' in line and "user=erin" in line for line in lines), lines
+    assert not any(secret_token in line or "not-a-token" in line for line in lines)

@@ -48,7 +48,8 @@ def test_async_turn_is_accepted_then_polled_repeatedly(server: Server) -> None:
     assert doc["status"] == "ACCEPTED" and doc["session_id"] == "s"
     assert response.headers["location"] == f"/api/v1/chat/s?request_id={doc['request_id']}"
     early = server.client.get("/api/v1/chat/s", params={"request_id": doc["request_id"]})
-    assert early.status_code == 404
+    assert (early.status_code, early.json()["error"]) == (404, "PENDING")
+    assert early.headers["retry-after"] == "1"
     ready = poll(server.client, "s", doc["request_id"])
     assert (ready.status_code, ready.json()["result"]) == (200, "slept")
     again = server.client.get("/api/v1/chat/s", params={"request_id": doc["request_id"]})
@@ -123,6 +124,58 @@ def test_idempotency_key_returns_the_same_turn(server: Server) -> None:
     assert first.status_code == second.status_code == 200
     assert first.json() == second.json()
     assert chat(server, "idem", "next").json()["result"] == "next #2"  # the agent ran once before
+
+
+def test_a_reused_idempotency_key_with_another_body_is_422_and_runs_nothing(
+    server: Server,
+) -> None:
+    headers = {"Idempotency-Key": "k-reused"}
+    first = server.client.post(
+        "/api/v1/chat", json={"session_id": "reuse", "prompt": "pay 10"}, headers=headers
+    )
+    assert first.json()["result"] == "pay 10 #1"
+    for changed in ({"prompt": "pay 99"}, {"prompt": "pay 10", "agent": "slow"}):
+        again = server.client.post(
+            "/api/v1/chat", json={"session_id": "reuse", **changed}, headers=headers
+        )
+        assert (again.status_code, again.json()["error"]) == (422, "IDEMPOTENCY_KEY_REUSED")
+        assert "pay 10" not in again.text  # the first body's reply is not handed out
+    same = server.client.post(
+        "/api/v1/chat", json={"prompt": "pay 10", "session_id": "reuse"}, headers=headers
+    )
+    assert same.json() == first.json()  # same content in another key order is the same turn
+    assert chat(server, "reuse", "next").json()["result"] == "next #2"
+
+
+def test_a_reused_idempotency_key_is_refused_while_the_first_turn_still_runs(
+    server: Server,
+) -> None:
+    headers = {"Idempotency-Key": "k-running", "Prefer": "respond-async"}
+    body = {"session_id": "run", "prompt": "a", "agent": "slow", "seconds": 0.5}
+    first = server.client.post("/api/v1/chat", json=body, headers=headers)
+    assert first.status_code == 202
+    other = server.client.post("/api/v1/chat", json=body | {"seconds": 0.1}, headers=headers)
+    assert (other.status_code, other.json()["error"]) == (422, "IDEMPOTENCY_KEY_REUSED")
+    retry = server.client.post("/api/v1/chat", json=body, headers=headers)
+    assert retry.status_code == 202 and retry.json()["request_id"] == first.json()["request_id"]
+
+
+def test_get_tells_a_running_turn_from_an_unknown_or_foreign_one(server: Server) -> None:
+    accepted = server.client.post(
+        "/api/v1/chat",
+        json={"session_id": "mine", "prompt": "p", "agent": "slow", "seconds": 0.5},
+        headers={"Prefer": "respond-async"},
+    )
+    request_id = accepted.json()["request_id"]
+    running = server.client.get("/api/v1/chat/mine", params={"request_id": request_id})
+    assert (running.status_code, running.json()["error"]) == (404, "PENDING")
+    assert running.json()["request_id"] == request_id
+    foreign = server.client.get("/api/v1/chat/yours", params={"request_id": request_id})
+    unknown = server.client.get("/api/v1/chat/mine", params={"request_id": "0" * 32})
+    for answer in (foreign, unknown):
+        assert (answer.status_code, answer.json()["error"]) == (404, "NOT_FOUND")
+        assert "retry-after" not in answer.headers
+    assert poll(server.client, "mine", request_id).json()["result"] == "slept"
 
 
 def test_fifty_rapid_turns_keep_order_while_other_sessions_proceed(server: Server) -> None:

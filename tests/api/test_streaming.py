@@ -227,6 +227,24 @@ def test_ws_bad_frames_get_a_system_response_and_the_socket_stays(
     assert frames[-1]["result"] == "plain ok"
 
 
+def test_ws_a_request_id_reused_for_another_turn_is_refused(server: Server) -> None:
+    def frame(session: str, prompt: str) -> str:
+        body = {"session_id": session, "prompt": prompt, "agent": "plain"}
+        return json.dumps({"request_id": "client-req-reused", "body": body})
+
+    with ws_client.connect(ws_url(server)) as ws:
+        ws.send(frame("r", "first"))
+        assert receive(ws, 2)[-1]["result"] == "plain first"
+        for other in (frame("r", "second"), frame("someone-else", "first")):
+            ws.send(other)
+            [answer] = receive(ws, 1)
+            assert (answer["type"], answer["error"]) == (
+                "SYSTEM_RESPONSE",
+                "IDEMPOTENCY_KEY_REUSED",
+            )
+            assert answer["request_id"] == "client-req-reused"
+
+
 def test_ws_a_socket_closed_mid_turn_leaves_the_turn_running(server: Server) -> None:
     with ws_client.connect(ws_url(server)) as ws:
         ws.send(

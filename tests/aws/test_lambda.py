@@ -119,7 +119,9 @@ def test_async_post_then_poll(d: Deployment) -> None:
     request_id = body_of(accepted)["request_id"]
     assert accepted["headers"]["Location"] == f"/api/v1/chat/a?request_id={request_id}"
     query = {"request_id": request_id}
-    assert Lambda.handler(http_v2("GET", "/api/v1/chat/a", query=query))["statusCode"] == 404
+    pending = Lambda.handler(http_v2("GET", "/api/v1/chat/a", query=query))
+    assert (pending["statusCode"], body_of(pending)["error"]) == (404, "PENDING")
+    assert pending["headers"]["Retry-After"] == "1"
     d.run_turns()
     got = Lambda.handler(rest_v1("GET", "/api/v1/chat/a", query=query))
     assert (got["statusCode"], body_of(got)["request_id"]) == (200, request_id)
@@ -181,6 +183,9 @@ def test_idempotent_retry_returns_the_same_turn(d: Deployment) -> None:
     assert again["statusCode"] == 200
     assert body_of(again)["request_id"] == body_of(first)["request_id"]
     assert json.loads(body_of(again)["result"]) == ["x"]
+    reused = Lambda.handler(http_v2("POST", "/api/v1/chat", chat("i", "y"), headers=headers))
+    assert (reused["statusCode"], body_of(reused)["error"]) == (422, "IDEMPOTENCY_KEY_REUSED")
+    assert sqs_event(d.input, wait=0)["Records"] == []
 
 
 # -- the agent runner function --------------------------------------------------------------------

@@ -36,6 +36,7 @@ from agentkernel.aws.settings import ecs_config
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import MessageRejectedError
+from agentkernel.pipeline.admission import admit, missing_reply
 from agentkernel.pipeline.chat import (
     ChatRequest,
     FrameError,
@@ -113,7 +114,7 @@ class Lambda:
         except BadEvent as exc:
             return http_response(400, {"error": "BAD_EVENT", "message": str(exc)})
         except HTTPError as exc:
-            return http_response(exc.status, exc.doc)
+            return http_response(exc.status, exc.doc, exc.headers or None)
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -140,7 +141,11 @@ class Lambda:
             raise HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
         chat = _check(parse_chat(request.body))
         key = request.headers.get("idempotency-key")
-        request_id, fresh = request_id_for(chat.session_id, key)
+        secret = config.api.idempotency_secret
+        request_id, fresh = request_id_for(
+            chat.session_id, key, None, None if secret is None else secret.get_secret_value()
+        )
+        admit(store, chat, request_id, None)
         if not fresh and (known := store.get(request_id)) is not None:
             return _record_answer(known, chat.session_id)
         traceparent = request.headers.get("traceparent", "")
@@ -168,7 +173,11 @@ class Lambda:
     def _get_chat(cls, session_id: str, request_id: str | None) -> dict[str, Any]:
         if not request_id:
             raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
-        return _record_answer(cls.parts()[2].get(request_id), session_id, request_id)
+        store = cls.parts()[2]
+        record = store.get(request_id)
+        if record is None or record.session_id != session_id:
+            raise missing_reply(store, session_id, request_id, None)
+        return _record_answer(record, session_id, request_id)
 
     # -- WebSocket -------------------------------------------------------------------------
 
@@ -176,7 +185,7 @@ class Lambda:
     def _socket(cls, message: SocketMessage) -> dict[str, Any]:
         if message.event_type != "MESSAGE":
             return {"statusCode": 200}
-        config, transport, _ = cls.parts()
+        config, transport, store = cls.parts()
         request_id = None
         try:
             request_id, chat = parse_frame(
@@ -189,6 +198,7 @@ class Lambda:
             }
             if chat.stream:
                 attributes[ATTR_STREAM] = "1"
+            admit(store, chat, request_id, None)
             _enqueue(transport, chat, request_id, attributes)
         except FrameError as exc:
             frame = system_response(exc.code, str(exc), exc.request_id or request_id)

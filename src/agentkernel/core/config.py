@@ -444,6 +444,11 @@ class ApiConfig(_Block):
         default_factory=WebSocketConfig, description="Serverless WebSocket connections."
     )
     auth: AuthConfig = Field(default_factory=AuthConfig, description="Authentication.")
+    access_log: bool = Field(
+        False,
+        description="Log one line per request and WebSocket connection (logger "
+        "agentkernel.access): client, method, path, status, milliseconds, request_id, user.",
+    )
     idempotency_secret: SecretStr | None = Field(
         None,
         description="Secret mixed into request ids derived from an Idempotency-Key, so nobody "

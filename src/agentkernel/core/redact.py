@@ -34,7 +34,7 @@ def _redact_one(url: str) -> str:
     except ValueError:
         return url.split("://", 1)[0] + f"://{MASK}"  # unparseable: keep only the scheme
     netloc = _redact_netloc(parts.netloc)
-    query = _redact_query(parts.query)
+    query = redact_query(parts.query)
     if (netloc, query) == (parts.netloc, parts.query):
         return url
     return urlunsplit(parts._replace(netloc=netloc, query=query))
@@ -48,7 +48,8 @@ def _redact_netloc(netloc: str) -> str:
     return f"{user}:{MASK}@{host}" if colon else f"{MASK}@{host}"
 
 
-def _redact_query(query: str) -> str:
+def redact_query(query: str) -> str:
+    """A URL query string with the values of credential-like keys replaced by ``***``."""
     if not query:
         return query
     pairs = parse_qsl(query, keep_blank_values=True)

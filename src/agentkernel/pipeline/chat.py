@@ -124,6 +124,14 @@ def request_id_for(
     return uuid.uuid5(_IDEMPOTENCY_NS, text).hex, False
 
 
+def fingerprint(chat: ChatRequest) -> str:
+    """A digest of what the turn asks for (every field but ``stream``, which only says how the
+    reply travels), so a retry under the same ``Idempotency-Key`` can be told from a new turn."""
+    content = chat.model_dump(mode="json", exclude={"stream"})
+    text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
 def check_agent(chat: ChatRequest, registry: AgentRegistry) -> ChatRequest:
     """Refuse a turn for an agent this process knows does not exist (a process without agents,
     such as an IO process, leaves that check to the runner).

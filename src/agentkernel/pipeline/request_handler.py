@@ -31,6 +31,7 @@ from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import MessageRejectedError, ResponseStoreError, StoreUnavailableError
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.admission import admit, missing_reply
 from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.chat import (
     ChatRequest,
@@ -46,6 +47,7 @@ from agentkernel.pipeline.envelope import (
     QueueName,
 )
 from agentkernel.pipeline.http import sse
+from agentkernel.pipeline.http.access_log import AccessLogMiddleware
 from agentkernel.pipeline.http.auth import IDENTITY, Authenticator, AuthMiddleware
 from agentkernel.pipeline.http.websocket import ChatSocket
 from agentkernel.pipeline.metrics import METRICS
@@ -144,6 +146,8 @@ class RequestHandler:
         app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
         if self.config.api.auth.enabled:
             app.add_middleware(AuthMiddleware, authenticator=Authenticator(self.config.api.auth))
+        if self.config.api.access_log:
+            app.add_middleware(AccessLogMiddleware)  # outermost: refused requests are logged too
         app.post(CHAT_PATH, status_code=200, responses=_POST_RESPONSES, openapi_extra=_POST_BODY)(
             self.post_chat
         )
@@ -172,6 +176,7 @@ class RequestHandler:
         chat.stream = chat.stream or streaming
         request_id, fresh = self._request_id(request, chat.session_id)
         turn = _Turn(chat.session_id, request_id)
+        await self._admit(chat, turn)
         if streaming:
             if fresh or not await self._read(turn):
                 await self._enqueue(chat, turn, _traceparent(request))
@@ -185,6 +190,10 @@ class RequestHandler:
         if record is None:
             raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
         return _record_response(record, chat.session_id, location=turn.location)
+
+    async def _admit(self, chat: ChatRequest, turn: _Turn) -> None:
+        """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
+        await call(self.store.nonblocking, admit, self.store, chat, turn.request_id, IDENTITY.get())
 
     async def _read(self, turn: _Turn) -> ResponseRecord | None:
         """The stored reply of ``turn``; a store failure becomes an answer saying where to poll."""
@@ -250,9 +259,11 @@ class RequestHandler:
         """Put a validated turn on the INPUT queue (used by the WebSocket route too).
 
         Raises:
-            HTTPError: 413 when the broker refuses the size, 503 when it does not answer.
+            HTTPError: 422 for a request id already used for other content, 413 when the broker
+                refuses the size, 503 when it does not answer.
         """
         turn = _Turn(chat.session_id, request_id)
+        await self._admit(chat, turn)
         await self._enqueue(chat, turn, traceparent or _traceparent(None))
 
     def _stream(self, request_id: str, session_id: str, after: int = -1) -> Response:
@@ -337,7 +348,17 @@ class RequestHandler:
         """The reply of ``request_id`` once it is ready; 404 before, or under another session."""
         if not request_id:
             raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
-        record = await self._read(_Turn(session_id, request_id))
+        turn = _Turn(session_id, request_id)
+        record = await self._read(turn)
+        if not _readable(record, session_id):
+            owner = IDENTITY.get()
+            try:
+                missing = await call(
+                    self.store.nonblocking, missing_reply, self.store, session_id, request_id, owner
+                )
+            except ResponseStoreError as exc:
+                raise self._store_error(turn, exc) from exc
+            raise missing
         return _record_response(record, session_id, request_id=request_id)
 
     async def get_stream(self, request: Request, session_id: str, request_id: str = "") -> Response:
@@ -396,11 +417,7 @@ def _record_response(
     request_id: str | None = None,
     location: str | None = None,
 ) -> JSONResponse:
-    if (
-        record is None
-        or not secrets.compare_digest(record.session_id.encode(), session_id.encode())
-        or (record.owner is not None and record.owner != IDENTITY.get())
-    ):
+    if record is None or not _readable(record, session_id):
         raise HTTPError(
             404,
             "NOT_FOUND",
@@ -411,6 +428,15 @@ def _record_response(
     METRICS.inc("agentkernel_http_requests_total", status=str(record.status_code))
     headers = {"Content-Location": location} if location else None
     return JSONResponse(record.body, status_code=record.status_code, headers=headers)
+
+
+def _readable(record: ResponseRecord | None, session_id: str) -> bool:
+    """Whether ``record`` may be shown to this caller under ``session_id``."""
+    return (
+        record is not None
+        and secrets.compare_digest(record.session_id.encode(), session_id.encode())
+        and (record.owner is None or record.owner == IDENTITY.get())
+    )
 
 
 def _accepted(turn: _Turn) -> JSONResponse:
@@ -505,7 +531,11 @@ _POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
     404: {"description": "Unknown agent, or a session of another identity.", **_ERROR},
     413: {"description": "Body larger than api.max_body_bytes.", **_ERROR},
-    422: {"description": "Missing or invalid fields.", **_ERROR},
+    422: {
+        "description": "Missing or invalid fields (INVALID_REQUEST), or an Idempotency-Key "
+        "already used for a different request (IDEMPOTENCY_KEY_REUSED).",
+        **_ERROR,
+    },
     408: {"description": "The body did not arrive within api.body_timeout.", **_ERROR},
     500: {"description": "The agent failed; the body explains.", **_ERROR},
     503: {
@@ -525,6 +555,10 @@ _GET_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The reply."},
     400: {"description": "The request_id query parameter is missing.", **_ERROR},
     401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
-    404: {"description": "Not ready yet, unknown, or another session's reply.", **_ERROR},
+    404: {
+        "description": "No reply to read: error PENDING (with Retry-After) while the turn runs, "
+        "NOT_FOUND for an unknown, expired or another session's request.",
+        **_ERROR,
+    },
     503: {"description": "The reply store is unreachable; retry later.", **_ERROR},
 }

@@ -21,6 +21,7 @@ from agentkernel.auth import ApiKeyValidator, AuthValidator, JwtValidator
 from agentkernel.core.config import AuthConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import resolve_dotted
+from agentkernel.pipeline.http.access_log import SCOPE_USER
 
 logger = logging.getLogger(__name__)
 
@@ -96,6 +97,7 @@ class AuthMiddleware:
             logger.info("refused %s %s: %s", scope["type"], scope["path"], exc)
             await _refuse(scope, receive, send, str(exc))
             return
+        scope[SCOPE_USER] = user  # for the access log, which wraps this middleware
         token = IDENTITY.set(user)
         try:
             await self.app(scope, receive, send)

@@ -5,9 +5,9 @@ from __future__ import annotations
 from agentkernel.core.config import ResponseStoreConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 
-__all__ = ["ResponseRecord", "ResponseStore", "create_response_store"]
+__all__ = ["ResponseRecord", "ResponseStore", "TurnTicket", "create_response_store"]
 
 
 def create_response_store(config: ResponseStoreConfig) -> ResponseStore:

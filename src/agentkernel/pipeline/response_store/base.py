@@ -43,6 +43,40 @@ class ResponseRecord:
         )
 
 
+@dataclass(frozen=True)
+class TurnTicket:
+    """What a front knew when it accepted a turn, kept beside the reply under the same TTL.
+
+    It lets a read tell a turn that is still running (``PENDING``) from one nobody sent, and a
+    retry with the same ``Idempotency-Key`` but another body be refused instead of answered with
+    the first body's reply.
+
+    Attributes:
+        request_id: the turn's id (the key).
+        session_id: the session the turn belongs to.
+        fingerprint: digest of the turn's content (:func:`agentkernel.pipeline.chat.fingerprint`).
+        owner: identity that sent the turn, when authentication is on.
+    """
+
+    request_id: str
+    session_id: str
+    fingerprint: str
+    owner: str | None = None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self))
+
+    @classmethod
+    def from_json(cls, text: str | bytes) -> TurnTicket:
+        data = json.loads(text)
+        return cls(
+            request_id=str(data["request_id"]),
+            session_id=str(data["session_id"]),
+            fingerprint=str(data["fingerprint"]),
+            owner=data.get("owner"),
+        )
+
+
 class ResponseStore(ABC):
     """Where replies wait to be read. ``put``/``get`` are blocking and thread-safe.
 
@@ -85,6 +119,22 @@ class ResponseStore(ABC):
                 return record
             await asyncio.sleep(min(interval, remaining))
             interval = min(interval * 2, self.max_poll_interval)
+
+    # -- tickets of accepted turns ---------------------------------------------------------------
+
+    def accept(self, ticket: TurnTicket) -> TurnTicket | None:
+        """Keep ``ticket`` until the TTL ends unless one of its request id is already kept.
+
+        Returns:
+            the ticket kept earlier (the first one wins), or ``None`` when ``ticket`` is new.
+            A store that keeps no tickets always returns ``None``: its reads then cannot tell
+            a running turn from an unknown one.
+        """
+        return None
+
+    def ticket(self, request_id: str) -> TurnTicket | None:
+        """The ticket of ``request_id``, or ``None`` when there is none (or any more)."""
+        return None
 
     # -- chunks of streamed replies ---------------------------------------------------------------
 

@@ -3,8 +3,8 @@
 DynamoDB has no change notification a request could wait on cheaply, so a waiting sync request
 polls with a short, growing interval (the base class's ``wait``). DynamoDB removes expired items
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
-Chunks of streamed replies are items of their own, read by streaming clients with the same
-short poll.
+Chunks of streamed replies, and the ticket of an accepted turn, are items of their own; streaming
+clients read chunks with the same short poll.
 
 Every botocore exception is mapped in :func:`_dynamodb_errors`: an unreachable endpoint, a
 timeout, throttling or a server error becomes :class:`StoreUnavailableError` (worth retrying),
@@ -27,10 +27,11 @@ from botocore.exceptions import ConnectionError as EndpointError
 
 from agentkernel.core.config import DynamoDBStoreConfig
 from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 
 TTL_ATTRIBUTE = "expiry_time"
 _CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"
+_TICKET = "#ticket"  # the ticket of an accepted turn: key "<request_id>#ticket"
 #: Fail fast when the table cannot be reached, so an API request can answer 503 in seconds.
 _CLIENT_CONFIG = Config(
     connect_timeout=2, read_timeout=5, retries={"max_attempts": 3, "mode": "standard"}
@@ -116,6 +117,39 @@ class DynamoDBResponseStore(ResponseStore):
                 body=json.loads(item["body"]["S"]),
                 owner=item.get("owner", {}).get("S"),
             )
+
+    def accept(self, ticket: TurnTicket) -> TurnTicket | None:
+        item: dict[str, Any] = {
+            "request_id": {"S": ticket.request_id + _TICKET},
+            "body": {"S": ticket.to_json()},
+            TTL_ATTRIBUTE: {"N": str(math.ceil(time.time() + self.ttl))},
+        }
+        try:
+            with _dynamodb_errors(f"write of the ticket of {ticket.request_id}"):
+                self._client.put_item(
+                    TableName=self.table_name,
+                    Item=item,
+                    # first copy wins, unless it has expired and is not removed yet
+                    ConditionExpression="attribute_not_exists(request_id) OR #exp < :now",
+                    ExpressionAttributeNames={"#exp": TTL_ATTRIBUTE},
+                    ExpressionAttributeValues={":now": {"N": str(math.floor(time.time()))}},
+                )
+        except ResponseStoreError as exc:
+            if not isinstance(exc.__cause__, ClientError) or _code(exc.__cause__) != _EXISTS:
+                raise
+            return self.ticket(ticket.request_id)
+        return None
+
+    def ticket(self, request_id: str) -> TurnTicket | None:
+        with _dynamodb_errors(f"read of the ticket of {request_id}"):
+            item = self._client.get_item(
+                TableName=self.table_name,
+                Key={"request_id": {"S": request_id + _TICKET}},
+                ConsistentRead=True,
+            ).get("Item")
+            if item is None or float(item[TTL_ATTRIBUTE]["N"]) <= time.time():
+                return None
+            return TurnTicket.from_json(item["body"]["S"])
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
         item = {

@@ -7,10 +7,12 @@ import threading
 import time
 from typing import Any
 
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
-_CHUNKS = "\x00chunks:"  # expiry-heap key prefix of a chunk list (request ids are printable)
+# Expiry-heap key prefixes of chunk lists and tickets (request ids are printable).
+_CHUNKS = "\x00chunks:"
+_TICKET = "\x00ticket:"
 
 
 class InMemoryResponseStore(ResponseStore):
@@ -27,6 +29,7 @@ class InMemoryResponseStore(ResponseStore):
         super().__init__(ttl)
         self._records: dict[str, tuple[float, ResponseRecord]] = {}
         self._chunks: dict[str, tuple[float, list[dict[str, Any]]]] = {}
+        self._tickets: dict[str, tuple[float, TurnTicket]] = {}
         self._expiry: list[tuple[float, str]] = []
         self._waiters = WaiterRegistry()
         self._lock = threading.Lock()
@@ -43,6 +46,25 @@ class InMemoryResponseStore(ResponseStore):
     def get(self, request_id: str) -> ResponseRecord | None:
         with self._lock:
             entry = self._records.get(request_id)
+        if entry is None or entry[0] <= time.monotonic():
+            return None
+        return entry[1]
+
+    def accept(self, ticket: TurnTicket) -> TurnTicket | None:
+        now = time.monotonic()
+        with self._lock:
+            self._evict(now)
+            entry = self._tickets.get(ticket.request_id)
+            if entry is not None:
+                return entry[1]
+            expires = now + self.ttl
+            self._tickets[ticket.request_id] = (expires, ticket)
+            heapq.heappush(self._expiry, (expires, _TICKET + ticket.request_id))
+        return None
+
+    def ticket(self, request_id: str) -> TurnTicket | None:
+        with self._lock:
+            entry = self._tickets.get(request_id)
         if entry is None or entry[0] <= time.monotonic():
             return None
         return entry[1]
@@ -81,8 +103,11 @@ class InMemoryResponseStore(ResponseStore):
     def _evict(self, now: float) -> None:
         while self._expiry and self._expiry[0][0] <= now:
             expires, key = heapq.heappop(self._expiry)
-            table: dict[str, Any] = self._chunks if key.startswith(_CHUNKS) else self._records
-            key = key.removeprefix(_CHUNKS)
+            table: dict[str, Any] = self._records
+            if key.startswith(_CHUNKS):
+                table, key = self._chunks, key.removeprefix(_CHUNKS)
+            elif key.startswith(_TICKET):
+                table, key = self._tickets, key.removeprefix(_TICKET)
             entry = table.get(key)
             if entry is not None and entry[0] == expires:
                 del table[key]

@@ -6,7 +6,8 @@ thread) wakes the waiters of this process, so a sync request learns of its reply
 polling and without a connection per waiting request.
 
 Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending one publishes
-on the same channel, so a streaming client connected to any IO process sees it at once.
+on the same channel, so a streaming client connected to any IO process sees it at once. The
+ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``.
 
 Every redis-py exception is mapped in :func:`_redis_errors`: connection trouble becomes
 :class:`StoreUnavailableError` (worth retrying), anything else :class:`ResponseStoreError`.
@@ -26,7 +27,7 @@ from typing import Any
 import redis
 
 from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
 logger = logging.getLogger(__name__)
@@ -43,6 +44,14 @@ if redis.call('LLEN', KEYS[1]) == tonumber(ARGV[1]) then
 end
 redis.call('PUBLISH', KEYS[2], '1')
 return 1
+"""
+
+# Keeps ticket ARGV[1] unless one is kept already; returns the kept one (first wins).
+_ACCEPT = """
+local kept = redis.call('GET', KEYS[1])
+if kept then return kept end
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+return false
 """
 
 
@@ -70,12 +79,16 @@ class RedisResponseStore(ResponseStore):
         self._pubsub: Any = None
         self._lock = threading.Lock()
         self._append = self._redis.register_script(_APPEND_CHUNK)
+        self._accept = self._redis.register_script(_ACCEPT)
 
     def _key(self, request_id: str) -> str:
         return f"{self._prefix}resp:{request_id}"
 
     def _chunks_key(self, request_id: str) -> str:
         return f"{self._prefix}chunks:{request_id}"
+
+    def _ticket_key(self, request_id: str) -> str:
+        return f"{self._prefix}ticket:{request_id}"
 
     def put(self, record: ResponseRecord) -> None:
         with _redis_errors(f"write of {record.request_id}"):
@@ -88,6 +101,17 @@ class RedisResponseStore(ResponseStore):
         with _redis_errors(f"read of {request_id}"):
             raw = self._redis.get(self._key(request_id))
             return None if raw is None else ResponseRecord.from_json(raw)
+
+    def accept(self, ticket: TurnTicket) -> TurnTicket | None:
+        keys = [self._ticket_key(ticket.request_id)]
+        with _redis_errors(f"write of the ticket of {ticket.request_id}"):
+            kept = self._accept(keys=keys, args=[ticket.to_json(), int(self.ttl * 1000)])
+            return None if kept is None else TurnTicket.from_json(kept)
+
+    def ticket(self, request_id: str) -> TurnTicket | None:
+        with _redis_errors(f"read of the ticket of {request_id}"):
+            raw = self._redis.get(self._ticket_key(request_id))
+            return None if raw is None else TurnTicket.from_json(raw)
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
         keys = [self._chunks_key(request_id), f"{self._prefix}done:{request_id}"]

@@ -15,7 +15,7 @@ import time
 import uuid
 from typing import ClassVar
 
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 
 __all__ = ["ResponseStoreContract"]
 
@@ -115,6 +115,35 @@ class ResponseStoreContract:
             return list(await asyncio.gather(*waits))
 
         assert asyncio.run(scenario()) == records
+
+    # -- tickets of accepted turns ---------------------------------------------------------------
+
+    def test_the_first_ticket_of_a_request_id_wins(self) -> None:
+        store, request_id = self.make_store(60), uuid.uuid4().hex
+        first = TurnTicket(request_id, "session-ü", "digest-1", "alice")
+        assert store.ticket(request_id) is None
+        assert store.accept(first) is None
+        assert store.accept(TurnTicket(request_id, "session-ü", "digest-2")) == first
+        assert store.ticket(request_id) == first
+        assert store.get(request_id) is None  # a ticket is not a reply
+
+    def test_tickets_are_isolated_by_request_id_and_from_replies(self) -> None:
+        store = self.make_store(60)
+        a = TurnTicket(uuid.uuid4().hex, "s", "a")
+        b = TurnTicket(uuid.uuid4().hex, "s", "b")
+        assert store.accept(a) is None and store.accept(b) is None
+        reply = ResponseRecord(a.request_id, "s", 200, {"result": "done"})
+        store.put(reply)
+        assert (store.ticket(a.request_id), store.ticket(b.request_id)) == (a, b)
+        assert store.get(a.request_id) == reply
+
+    def test_ticket_expires_after_its_ttl(self) -> None:
+        store = self.make_store(1.0)
+        ticket = TurnTicket(uuid.uuid4().hex, "s", "digest")
+        store.accept(ticket)
+        self.advance(2.2)
+        assert store.ticket(ticket.request_id) is None
+        assert store.accept(TurnTicket(ticket.request_id, "s", "other")) is None
 
     # -- chunks of streamed replies ---------------------------------------------------------------
 

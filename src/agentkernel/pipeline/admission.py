@@ -1,0 +1,89 @@
+"""Tickets of accepted turns, as every front (HTTP, WebSocket, Lambda) uses them.
+
+Before a turn is enqueued its front keeps a :class:`TurnTicket` in the response store. The ticket
+lets a retry under the same ``Idempotency-Key`` with a different body be refused (422
+``IDEMPOTENCY_KEY_REUSED``, as payment APIs do) instead of answered with the first body's reply,
+and lets a read of a reply that is not there yet say ``PENDING`` rather than ``NOT_FOUND``.
+
+A ticket is a convenience, not a condition: when the store cannot keep one, the turn still goes
+ahead (the store's outage shows up where the reply is read) and the failure is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import secrets
+
+from agentkernel.core.errors import ResponseStoreError
+from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.chat import ChatRequest, HTTPError, fingerprint
+from agentkernel.pipeline.response_store.base import ResponseStore, TurnTicket
+
+__all__ = ["RETRY_AFTER_PENDING", "admit", "missing_reply"]
+
+logger = logging.getLogger(__name__)
+_log = RateLimitedLog(logger)
+
+#: Seconds a client is told to wait before polling a turn that is still running again.
+RETRY_AFTER_PENDING = 1
+
+
+def admit(store: ResponseStore, chat: ChatRequest, request_id: str, owner: str | None) -> None:
+    """Keep the ticket of a turn that is about to be enqueued.
+
+    Raises:
+        HTTPError: 422 ``IDEMPOTENCY_KEY_REUSED`` when ``request_id`` was accepted before for
+            different content (another prompt, agent or session).
+    """
+    ticket = TurnTicket(request_id, chat.session_id, fingerprint(chat), owner)
+    try:
+        kept = store.accept(ticket)
+    except ResponseStoreError as exc:
+        _log.log(
+            logging.WARNING,
+            f"ticket:{type(exc).__name__}",
+            "no ticket kept for request %s (the turn goes on): %s",
+            request_id,
+            exc,
+        )
+        return
+    if kept is not None and kept.fingerprint != ticket.fingerprint:
+        raise HTTPError(
+            422,
+            "IDEMPOTENCY_KEY_REUSED",
+            "this idempotency key was already used for a different request; send a new key",
+            request_id=request_id,
+            session_id=chat.session_id,
+        )
+
+
+def missing_reply(
+    store: ResponseStore, session_id: str, request_id: str, owner: str | None
+) -> HTTPError:
+    """The 404 for a reply that is not in the store: ``PENDING`` (with ``Retry-After``) when
+    this caller's turn was accepted and has not answered yet, ``NOT_FOUND`` otherwise.
+
+    Raises:
+        ResponseStoreError: the store could not be read.
+    """
+    ticket = store.ticket(request_id)
+    if (
+        ticket is not None
+        and secrets.compare_digest(ticket.session_id.encode(), session_id.encode())
+        and ticket.owner == owner
+    ):
+        return HTTPError(
+            404,
+            "PENDING",
+            "the turn was accepted and has not answered yet; poll again",
+            {"Retry-After": str(RETRY_AFTER_PENDING)},
+            request_id=request_id,
+            session_id=session_id,
+        )
+    return HTTPError(
+        404,
+        "NOT_FOUND",
+        "no reply for this request in this session",
+        request_id=request_id,
+        session_id=session_id,
+    )

@@ -1,0 +1,93 @@
+"""One log line per HTTP request or WebSocket connection (``api.access_log``).
+
+Lines go to the ``agentkernel.access`` logger at INFO::
+
+    127.0.0.1:53211 "POST /api/v1/chat" 200 12.4ms request_id=9f2c... user=alice
+
+The request id is read from the answer's ``Location``/``Content-Location`` header when it has
+one, so a line can be matched with the runner's lines for the same turn. Query values that may
+hold a credential (``?token=`` on the WebSocket handshake) are masked, and no header is logged.
+"""
+
+from __future__ import annotations
+
+import logging
+import time
+from collections.abc import Awaitable, Callable, MutableMapping
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from agentkernel.core.redact import redact_query
+
+logger = logging.getLogger("agentkernel.access")
+
+#: Key in the ASGI scope where the authentication middleware leaves the caller's user id.
+SCOPE_USER = "agentkernel.user"
+
+Scope = MutableMapping[str, Any]
+Message = MutableMapping[str, Any]
+Receive = Callable[[], Awaitable[Message]]
+Send = Callable[[Message], Awaitable[None]]
+ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class AccessLogMiddleware:
+    """ASGI middleware writing one access line when a request or connection ends."""
+
+    def __init__(self, app: ASGIApp) -> None:
+        self.app = app
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] not in ("http", "websocket"):
+            await self.app(scope, receive, send)
+            return
+        started = time.perf_counter()
+        seen: dict[str, Any] = {"status": 0, "request_id": ""}
+
+        async def watch(message: Message) -> None:
+            kind = message["type"]
+            if kind == "http.response.start":
+                seen["status"] = message["status"]
+                seen["request_id"] = _request_id(message.get("headers") or [])
+            elif kind == "websocket.accept":
+                seen["status"] = 101
+            elif kind == "websocket.close" and not seen["status"]:
+                seen["status"] = 403  # refused before the handshake completed
+            await send(message)
+
+        try:
+            await self.app(scope, receive, watch)
+        finally:
+            _write(scope, seen, (time.perf_counter() - started) * 1000)
+
+
+def _write(scope: Scope, seen: dict[str, Any], elapsed_ms: float) -> None:
+    client = scope.get("client") or ("-", 0)
+    method = "WS" if scope["type"] == "websocket" else scope.get("method", "-")
+    target = scope.get("path", "")
+    query = scope.get("query_string", b"").decode("latin-1")
+    if query:
+        target += "?" + redact_query(query)
+    extra = ""
+    if seen["request_id"]:
+        extra += f" request_id={seen['request_id']}"
+    if user := scope.get(SCOPE_USER):
+        extra += f" user={user}"
+    logger.info(
+        '%s:%s "%s %s" %s %.1fms%s',
+        client[0],
+        client[1],
+        method,
+        target,
+        seen["status"] or "-",
+        elapsed_ms,
+        extra,
+    )
+
+
+def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
+    for name, value in headers:
+        if name.lower() in (b"location", b"content-location"):
+            query = parse_qs(urlsplit(value.decode("latin-1")).query)
+            return query.get("request_id", [""])[0]
+    return ""
