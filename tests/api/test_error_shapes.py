@@ -34,5 +34,9 @@ def test_openapi_lists_every_status_of_the_chat_routes(server: Server) -> None:
         post
     )
     assert "INVALID_IDEMPOTENCY_KEY" in post["400"]["description"]
+    assert "IDEMPOTENCY_KEY_REUSED" in post["422"]["description"]
     get = paths["/api/v1/chat/{session_id}"]["get"]["responses"]
     assert {"200", "400", "401", "404", "503"} <= set(get)
+    assert "PENDING" in get["404"]["description"]
+    stream = paths["/api/v1/chat/{session_id}/stream"]["get"]["responses"]
+    assert {"200", "400", "401"} <= set(stream)

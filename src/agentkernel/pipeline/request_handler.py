@@ -550,6 +550,8 @@ _STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
         "description": "text/event-stream of STREAM_CHUNK frames after Last-Event-ID, then done.",
         "content": {"text/event-stream": {}},
     },
+    400: {"description": "The request_id query parameter is missing.", **_ERROR},
+    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
 }
 _GET_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The reply."},
