@@ -23,9 +23,7 @@ from typing import Any
 from urllib.parse import quote
 
 from fastapi import FastAPI, Request, WebSocket
-from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
-from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
@@ -46,9 +44,10 @@ from agentkernel.pipeline.envelope import (
     ATTR_USER_ID,
     QueueName,
 )
-from agentkernel.pipeline.http import sse
+from agentkernel.pipeline.http import openapi, sse
 from agentkernel.pipeline.http.access_log import AccessLogMiddleware
 from agentkernel.pipeline.http.auth import IDENTITY, Authenticator, AuthMiddleware
+from agentkernel.pipeline.http.errors import install_error_handlers
 from agentkernel.pipeline.http.websocket import ChatSocket
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
@@ -140,19 +139,21 @@ class RequestHandler:
     def build_app(self) -> FastAPI:
         """The application with every route of the HTTP API."""
         app = FastAPI(title="agentkernel", version="1", docs_url="/docs", redoc_url=None)
-        app.add_exception_handler(HTTPError, _http_error)  # type: ignore[arg-type]
-        app.add_exception_handler(Exception, _internal_error)
-        app.add_exception_handler(StarletteHTTPException, _framework_error)  # type: ignore[arg-type]
-        app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
+        install_error_handlers(app)
         if self.config.api.auth.enabled:
             app.add_middleware(AuthMiddleware, authenticator=Authenticator(self.config.api.auth))
         if self.config.api.access_log:
             app.add_middleware(AccessLogMiddleware)  # outermost: refused requests are logged too
-        app.post(CHAT_PATH, status_code=200, responses=_POST_RESPONSES, openapi_extra=_POST_BODY)(
-            self.post_chat
+        app.post(
+            CHAT_PATH,
+            status_code=200,
+            responses=openapi.POST_RESPONSES,
+            openapi_extra=openapi.POST_BODY,
+        )(self.post_chat)
+        app.get(CHAT_PATH + "/{session_id}", responses=openapi.GET_RESPONSES)(self.get_chat)
+        app.get(CHAT_PATH + "/{session_id}/stream", responses=openapi.STREAM_RESPONSES)(
+            self.get_stream
         )
-        app.get(CHAT_PATH + "/{session_id}", responses=_GET_RESPONSES)(self.get_chat)
-        app.get(CHAT_PATH + "/{session_id}/stream", responses=_STREAM_RESPONSES)(self.get_stream)
         app.websocket("/ws")(self.websocket)
         app.get("/api/v1/agents")(self.list_agents)
         app.get("/health")(self.health)
@@ -462,105 +463,6 @@ def _traceparent(request: Request | None) -> str:
     return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
 
 
-async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
-    return JSONResponse(exc.doc, status_code=exc.status, headers=exc.headers)
-
-
-async def _internal_error(request: Request, exc: Exception) -> JSONResponse:
-    """A bug or an unmapped failure: JSON like every other error, never a traceback."""
-    METRICS.inc("agentkernel_http_requests_total", status="500")
-    return JSONResponse({"error": "INTERNAL_ERROR", "message": "unexpected server error"}, 500)
-
-
-_FRAMEWORK_CODES = {404: "NOT_FOUND", 405: "METHOD_NOT_ALLOWED"}
-
-
-async def _framework_error(request: Request, exc: StarletteHTTPException) -> JSONResponse:
-    """An unknown route or method, in the same JSON shape as every other error."""
-    code = _FRAMEWORK_CODES.get(exc.status_code, "HTTP_ERROR")
-    doc = {"error": code, "message": f"{request.method} {request.url.path}: {exc.detail}"}
-    return JSONResponse(doc, exc.status_code, headers=dict(exc.headers or {}))
-
-
-async def _invalid_request(request: Request, exc: RequestValidationError) -> JSONResponse:
-    """A query parameter or path value FastAPI itself refused."""
-    details = [{"field": ".".join(map(str, e["loc"])), "message": e["msg"]} for e in exc.errors()]
-    doc = {"error": "INVALID_REQUEST", "message": "the request is invalid", "details": details}
-    return JSONResponse(doc, 422)
-
-
 def _resolve(future: asyncio.Future[None]) -> None:
     if not future.done():
         future.set_result(None)
-
-
-_ERROR = {"content": {"application/json": {"example": {"error": "CODE", "message": "why"}}}}
-_POST_BODY = {
-    "requestBody": {
-        "required": True,
-        "content": {"application/json": {"schema": ChatRequest.model_json_schema()}},
-    },
-    "parameters": [
-        {
-            "name": "Prefer",
-            "in": "header",
-            "required": False,
-            "schema": {"type": "string"},
-            "description": "'respond-async' answers 202 at once instead of waiting.",
-        },
-        {
-            "name": "Idempotency-Key",
-            "in": "header",
-            "required": False,
-            "schema": {"type": "string"},
-            "description": "Re-POSTing with the same key returns the same turn's reply.",
-        },
-    ],
-}
-_POST_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "The reply: result, session_id, request_id, agent; with 'Accept: "
-        "text/event-stream', a stream of STREAM_CHUNK frames ending with a done frame."
-    },
-    202: {"description": "Queued (async): status ACCEPTED, request_id, session_id."},
-    400: {
-        "description": "Body is not a JSON object, or the Idempotency-Key is not 1-255 "
-        "characters (INVALID_IDEMPOTENCY_KEY).",
-        **_ERROR,
-    },
-    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
-    404: {"description": "Unknown agent, or a session of another identity.", **_ERROR},
-    413: {"description": "Body larger than api.max_body_bytes.", **_ERROR},
-    422: {
-        "description": "Missing or invalid fields (INVALID_REQUEST), or an Idempotency-Key "
-        "already used for a different request (IDEMPOTENCY_KEY_REUSED).",
-        **_ERROR,
-    },
-    408: {"description": "The body did not arrive within api.body_timeout.", **_ERROR},
-    500: {"description": "The agent failed; the body explains.", **_ERROR},
-    503: {
-        "description": "Queue or reply store unavailable, or shutting down; when the turn may "
-        "have been queued, request_id and a Location to poll are included.",
-        **_ERROR,
-    },
-    504: {"description": "No reply in time; poll the Location.", **_ERROR},
-}
-_STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {
-        "description": "text/event-stream of STREAM_CHUNK frames after Last-Event-ID, then done.",
-        "content": {"text/event-stream": {}},
-    },
-    400: {"description": "The request_id query parameter is missing.", **_ERROR},
-    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
-}
-_GET_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "The reply."},
-    400: {"description": "The request_id query parameter is missing.", **_ERROR},
-    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
-    404: {
-        "description": "No reply to read: error PENDING (with Retry-After) while the turn runs, "
-        "NOT_FOUND for an unknown, expired or another session's request.",
-        **_ERROR,
-    },
-    503: {"description": "The reply store is unreachable; retry later.", **_ERROR},
-}
