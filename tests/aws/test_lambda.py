@@ -188,6 +188,22 @@ def test_idempotent_retry_returns_the_same_turn(d: Deployment) -> None:
     assert sqs_event(d.input, wait=0)["Records"] == []
 
 
+def test_an_unreachable_store_is_a_json_503_and_a_queued_turn_says_where_to_poll(
+    d: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("AK_EXECUTION__RESPONSE_STORE__DYNAMODB__ENDPOINT_URL", "http://127.0.0.1:9")
+    Lambda.reset()
+    got = Lambda.handler(http_v2("GET", "/api/v1/chat/s", query={"request_id": "r" * 32}))
+    assert (got["statusCode"], body_of(got)["error"]) == (503, "STORE_UNAVAILABLE")
+    assert got["headers"]["Retry-After"] == "1"
+    posted = Lambda.handler(http_v2("POST", "/api/v1/chat", chat("down", "x")), LambdaContext())
+    assert (posted["statusCode"], body_of(posted)["error"]) == (503, "STORE_UNAVAILABLE")
+    request_id = body_of(posted)["request_id"]
+    assert posted["headers"]["Location"] == f"/api/v1/chat/down?request_id={request_id}"
+    [record] = sqs_event(d.input)["Records"]  # the turn is queued and will run
+    assert json.loads(record["body"])["prompt"] == "x"
+
+
 # -- the agent runner function --------------------------------------------------------------------
 
 

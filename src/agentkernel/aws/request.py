@@ -35,7 +35,11 @@ from agentkernel.aws.events import (
 from agentkernel.aws.settings import ecs_config
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
-from agentkernel.core.errors import MessageRejectedError
+from agentkernel.core.errors import (
+    MessageRejectedError,
+    ResponseStoreError,
+    StoreUnavailableError,
+)
 from agentkernel.pipeline.admission import admit, missing_reply
 from agentkernel.pipeline.chat import (
     ChatRequest,
@@ -115,6 +119,12 @@ class Lambda:
             return http_response(400, {"error": "BAD_EVENT", "message": str(exc)})
         except HTTPError as exc:
             return http_response(exc.status, exc.doc, exc.headers or None)
+        except ResponseStoreError as exc:
+            logger.warning("response store failed: %s", exc)
+            return _store_failure(exc)
+        except Exception:
+            logger.exception("unexpected failure of the request handler")
+            return http_response(500, {"error": "INTERNAL_ERROR", "message": "unexpected error"})
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -158,7 +168,11 @@ class Lambda:
                 202, _accepted(chat.session_id, request_id), _location(chat.session_id, request_id)
             )
         wait = config.execution.response_store.sync_wait(config.api.sync_timeout, store.pushes)
-        record = _wait(store, request_id, _budget(wait, context))
+        try:
+            record = _wait(store, request_id, _budget(wait, context))
+        except ResponseStoreError as exc:  # the turn is queued: say where to read its reply
+            logger.warning("response store failed for request %s: %s", request_id, exc)
+            return _store_failure(exc, chat.session_id, request_id)
         if record is None:
             doc = {
                 "error": "TIMEOUT",
@@ -268,6 +282,26 @@ def _record_answer(
         }
         return http_response(404, doc)
     return http_response(record.status_code, record.body)
+
+
+def _store_failure(
+    exc: ResponseStoreError, session_id: str = "", request_id: str = ""
+) -> dict[str, Any]:
+    """503 ``STORE_UNAVAILABLE`` (retry later) or 500 ``STORE_ERROR``; for a turn that is already
+    queued, with its ``request_id`` and a ``Location`` to poll."""
+    headers: dict[str, str] = {}
+    if isinstance(exc, StoreUnavailableError):
+        status, doc = (
+            503,
+            {"error": "STORE_UNAVAILABLE", "message": "the reply store is unreachable"},
+        )
+        headers["Retry-After"] = "1"
+    else:
+        status, doc = 500, {"error": "STORE_ERROR", "message": "the reply store failed"}
+    if request_id:
+        doc |= {"request_id": request_id, "session_id": session_id}
+        headers |= _location(session_id, request_id)
+    return http_response(status, doc, headers)
 
 
 def _accepted(session_id: str, request_id: str) -> dict[str, str]:
