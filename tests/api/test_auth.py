@@ -164,10 +164,12 @@ def test_idempotent_request_ids_are_per_identity_and_keyed(server: Server) -> No
 
 def test_websocket_handshake_needs_a_credential(server: Server) -> None:
     url = server.url.replace("http://", "ws://") + "/ws"
-    with pytest.raises(InvalidStatus):
-        ws_client.connect(url).close()
-    with pytest.raises(InvalidStatus):
-        ws_client.connect(url + "?token=" + token(exp=time.time() - 100)).close()
+    for bad in ("", "?token=" + token(exp=time.time() - 100)):
+        with pytest.raises(InvalidStatus) as refused:
+            ws_client.connect(url + bad).close()
+        assert refused.value.response.status_code == 401
+        assert refused.value.response.headers["WWW-Authenticate"].startswith("Bearer")
+        assert json.loads(refused.value.response.body)["error"] == "UNAUTHORIZED"
     with ws_client.connect(url + "?token=" + token("dave")) as ws:
         ws.send(json.dumps({"session_id": "w", "prompt": "hi"}))
         frames = [json.loads(ws.recv(timeout=10)) for _ in range(2)]
@@ -272,3 +274,35 @@ def test_access_log_lines_name_the_turn_and_user_and_never_a_credential(
     assert any('"POST /api/v1/chat" 401 ' in line for line in lines), lines
     assert any('"WS /ws?token=***" 101 ' in line and "user=erin" in line for line in lines), lines
     assert not any(secret_token in line or "not-a-token" in line for line in lines)
+
+
+def test_query_tokens_only_open_the_websocket_handshake(server: Server) -> None:
+    response = server.client.get("/api/v1/agents", params={"token": token("carol")})
+    assert response.status_code == 401
+    assert response.headers["www-authenticate"] == 'Bearer realm="agentkernel"'  # none was sent
+    refused = server.client.get("/api/v1/agents", headers=bearer("garbage"))
+    assert 'error="invalid_token"' in refused.headers["www-authenticate"]
+
+
+def test_a_user_id_with_control_characters_is_refused(server: Server) -> None:
+    forged = token("eve\n2026-11-30 00:00:00 INFO agentkernel.auth: FORGED")
+    assert chat(server, "f", "hi", bearer(forged)).status_code == 401
+
+
+def test_server_log_lines_mask_tokens_and_escape_forged_lines(
+    server: Server, caplog: pytest.LogCaptureFixture
+) -> None:
+    secret_token = token("dave")
+    with caplog.at_level(logging.INFO):
+        with ws_client.connect(
+            server.url.replace("http://", "ws://") + "/ws?token=" + secret_token
+        ) as ws:
+            ws.send(json.dumps({"session_id": "w", "prompt": "hi"}))
+            ws.recv(timeout=10)
+        server.client.get("/zz%0A2026-11-30 00:00:00,000 INFO MainThread x: FORGED")
+        time.sleep(0.2)
+    messages = [r.getMessage() for r in caplog.records]
+    assert any("/ws?token=***" in m for m in messages), messages  # uvicorn's own line
+    assert not any(secret_token in m for m in messages)
+    assert not any("\n" in m and "FORGED" in m for m in messages)
+    assert any("\\n2026-11-30" in m for m in messages)

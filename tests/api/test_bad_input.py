@@ -37,6 +37,17 @@ def sent(transport: InMemoryTransport) -> int:
         (b"[1, 2]", 400, "INVALID_JSON"),
         (b"\xff\xfe\x00", 400, "INVALID_JSON"),
         (b"[" * 2000 + b"]" * 2000, 400, "INVALID_JSON"),
+        # deep but parseable: refused before it is queued (the runner's parser stops near 200)
+        (
+            b'{"session_id": "s", "prompt": "hi", "x": ' + b"[" * 230 + b"]" * 230 + b"}",
+            400,
+            "INVALID_JSON",
+        ),
+        (
+            b'{"session_id": "s", "prompt": "hi", "x": ' + b"[" * 600 + b"]" * 600 + b"}",
+            400,
+            "INVALID_JSON",
+        ),
         (b'{"prompt": "hi"}', 422, "INVALID_REQUEST"),
         (b'{"session_id": "s"}', 422, "INVALID_REQUEST"),
         (b'{"session_id": "s", "prompt": ""}', 422, "INVALID_REQUEST"),

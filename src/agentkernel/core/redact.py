@@ -11,7 +11,9 @@ import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
-SECRET_QUERY_KEYS = frozenset({"password", "pass", "passwd", "token", "secret", "auth", "key"})
+#: A query parameter whose name contains one of these (any case) holds a credential.
+SECRET_QUERY_FRAGMENTS = ("pass", "token", "secret", "auth", "key", "sig", "credential", "jwt")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>,]+")
 _PASSWORD = re.compile(r"(://[^:/@\s]*):[^@/\s]*@")  # also when the password holds a comma
 
@@ -53,9 +55,28 @@ def redact_query(query: str) -> str:
     if not query:
         return query
     pairs = parse_qsl(query, keep_blank_values=True)
-    if not any(name.lower() in SECRET_QUERY_KEYS for name, _ in pairs):
+    if not any(_secret(name) for name, _ in pairs):
         return query
-    return urlencode(
-        [(name, MASK if name.lower() in SECRET_QUERY_KEYS else value) for name, value in pairs],
-        safe="*",
+    return urlencode([(name, MASK if _secret(name) else value) for name, value in pairs], safe="*")
+
+
+_QUERY_PAIR = re.compile(r"([?&;])([^=&;?\s\"'#]+)=([^&;\s\"'#]*)")
+
+
+def redact_queries(text: str) -> str:
+    """``text`` (a log line naming a path such as ``/ws?token=...``) with the values of
+    credential-like query parameters replaced by ``***``."""
+    return _QUERY_PAIR.sub(
+        lambda m: f"{m.group(1)}{m.group(2)}={MASK if _secret(m.group(2)) else m.group(3)}", text
     )
+
+
+def _secret(name: str) -> bool:
+    lowered = name.lower()
+    return any(fragment in lowered for fragment in SECRET_QUERY_FRAGMENTS)
+
+
+def printable(text: str) -> str:
+    """``text`` with control characters escaped (``\\n``, ``\\x1b``), so a value a client chose
+    (a path, a user id) cannot start a forged line in a log."""
+    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode(), text)

@@ -19,6 +19,9 @@ from agentkernel.core.agent import AgentRegistry
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
 
 _IDEMPOTENCY_NS = uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10")
+#: Deepest nesting of arrays and objects a chat body may have: deeper bodies are refused before
+#: they are queued, since serializers along the way (and the runner's parser) stop near 200.
+MAX_JSON_DEPTH = 64
 
 
 def _path_segment(session_id: str) -> str:
@@ -85,6 +88,10 @@ def parse_chat(raw: bytes) -> ChatRequest:
         raise HTTPError(400, "INVALID_JSON", "the body is nested too deeply") from exc
     if not isinstance(data, dict):
         raise HTTPError(400, "INVALID_JSON", "the body must be a JSON object")
+    if _too_deep(data):
+        raise HTTPError(
+            400, "INVALID_JSON", f"the body is nested more than {MAX_JSON_DEPTH} levels deep"
+        )
     try:
         return ChatRequest.model_validate(data)
     except ValidationError as exc:
@@ -94,6 +101,20 @@ def parse_chat(raw: bytes) -> ChatRequest:
         raise HTTPError(
             422, "INVALID_REQUEST", "the chat request is invalid", details=details
         ) from exc
+
+
+def _too_deep(data: Any) -> bool:
+    level: list[Any] = [data]
+    for _ in range(MAX_JSON_DEPTH):
+        level = [
+            child
+            for item in level
+            for child in (item.values() if isinstance(item, dict) else item)
+            if isinstance(child, (dict, list))
+        ]
+        if not level:
+            return False
+    return True
 
 
 def request_id_for(

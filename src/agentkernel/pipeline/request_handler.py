@@ -45,7 +45,7 @@ from agentkernel.pipeline.envelope import (
     QueueName,
 )
 from agentkernel.pipeline.http import openapi, sse
-from agentkernel.pipeline.http.access_log import AccessLogMiddleware
+from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_server_logs
 from agentkernel.pipeline.http.auth import IDENTITY, Authenticator, AuthMiddleware
 from agentkernel.pipeline.http.errors import install_error_handlers
 from agentkernel.pipeline.http.websocket import ChatSocket
@@ -140,6 +140,7 @@ class RequestHandler:
         """The application with every route of the HTTP API."""
         app = FastAPI(title="agentkernel", version="1", docs_url="/docs", redoc_url=None)
         install_error_handlers(app)
+        protect_server_logs()
         if self.config.api.auth.enabled:
             app.add_middleware(AuthMiddleware, authenticator=Authenticator(self.config.api.auth))
         if self.config.api.access_log:

@@ -6,7 +6,8 @@ Lines go to the ``agentkernel.access`` logger at INFO::
 
 The request id is read from the answer's ``Location``/``Content-Location`` header when it has
 one, so a line can be matched with the runner's lines for the same turn. Query values that may
-hold a credential (``?token=`` on the WebSocket handshake) are masked, and no header is logged.
+hold a credential (``?token=`` on the WebSocket handshake) are masked, control characters a client
+put in a path or user id are escaped (no forged lines), and no header is logged.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-from agentkernel.core.redact import redact_query
+from agentkernel.core.redact import printable, redact_queries, redact_query
 
 logger = logging.getLogger("agentkernel.access")
 
@@ -29,6 +30,26 @@ Message = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[Message]]
 Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
+
+
+class ServerLogFilter(logging.Filter):
+    """Masks credentials in query strings and escapes control characters in the lines the HTTP
+    server itself logs (uvicorn names the WebSocket path, ``?token=`` included, at INFO)."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = printable(redact_queries(message))
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True
+
+
+def protect_server_logs() -> None:
+    """Install :class:`ServerLogFilter` on uvicorn's loggers (once)."""
+    for name in ("uvicorn.error", "uvicorn.access", "uvicorn"):
+        server_logger = logging.getLogger(name)
+        if not any(isinstance(f, ServerLogFilter) for f in server_logger.filters):
+            server_logger.addFilter(ServerLogFilter())
 
 
 class AccessLogMiddleware:
@@ -73,6 +94,7 @@ def _write(scope: Scope, seen: dict[str, Any], elapsed_ms: float) -> None:
         extra += f" request_id={seen['request_id']}"
     if user := scope.get(SCOPE_USER):
         extra += f" user={user}"
+    target, extra = printable(target), printable(extra)
     logger.info(
         '%s:%s "%s %s" %s %.1fms%s',
         client[0],
@@ -87,6 +109,8 @@ def _write(scope: Scope, seen: dict[str, Any], elapsed_ms: float) -> None:
 
 def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
     for name, value in headers:
+        if name.lower() == b"x-request-id":  # a streamed answer
+            return value.decode("latin-1")
         if name.lower() in (b"location", b"content-location"):
             query = parse_qs(urlsplit(value.decode("latin-1")).query)
             return query.get("request_id", [""])[0]

@@ -3,15 +3,17 @@
 An ASGI middleware checks every request except ``/health`` and ``/ready``: an ``X-API-Key``
 header against ``api.auth.api_keys``, or an ``Authorization: Bearer`` token (the WebSocket
 handshake may pass it as ``?token=``) against the JWT settings or a custom validator. A missing
-or refused credential answers 401 with ``WWW-Authenticate`` (a WebSocket handshake is closed
-with code 1008 before it is accepted). The caller's user id is then available to the routes as
-:data:`IDENTITY`. Tokens and keys are never logged.
+or refused credential answers 401 with ``WWW-Authenticate``, the WebSocket handshake included
+(``?token=`` is read on the handshake only, never on plain HTTP routes). The caller's user id is
+then available to the routes as :data:`IDENTITY`. Tokens and keys are never logged, and a user id
+with control characters is refused.
 """
 
 from __future__ import annotations
 
 import json
 import logging
+import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
 from typing import Any
@@ -21,6 +23,7 @@ from agentkernel.auth import ApiKeyValidator, AuthValidator, JwtValidator
 from agentkernel.core.config import AuthConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import resolve_dotted
+from agentkernel.core.redact import printable
 from agentkernel.pipeline.http.access_log import SCOPE_USER
 
 logger = logging.getLogger(__name__)
@@ -28,6 +31,7 @@ logger = logging.getLogger(__name__)
 #: The authenticated user id of the request being served (``None`` when auth is off).
 IDENTITY: ContextVar[str | None] = ContextVar("agentkernel_identity", default=None)
 OPEN_PATHS = frozenset({"/health", "/ready"})
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
 Scope = MutableMapping[str, Any]
 Receive = Callable[[], Awaitable[MutableMapping[str, Any]]]
@@ -36,7 +40,12 @@ ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
 class Unauthorized(Exception):
-    """No credential, or one that was refused; the message is safe to show the client."""
+    """No credential (``missing``), or one that was refused; the message is safe to show the
+    client."""
+
+    def __init__(self, message: str, missing: bool = False) -> None:
+        super().__init__(message)
+        self.missing = missing
 
 
 class Authenticator:
@@ -68,7 +77,7 @@ class Authenticator:
         scheme, _, token = headers.get("authorization", "").partition(" ")
         token = token.strip() if scheme.lower() == "bearer" else query.get("token", "")
         if not token:
-            raise Unauthorized("a bearer token or an API key is required")
+            raise Unauthorized("a bearer token or an API key is required", missing=True)
         return self._check(self._bearer, token)  # type: ignore[arg-type]
 
     @staticmethod
@@ -76,6 +85,8 @@ class Authenticator:
         result = validator.validate(token)
         if not result.is_valid or result.user_id is None:
             raise Unauthorized(result.error_msg or "invalid credentials")
+        if not result.user_id or _CONTROL.search(result.user_id):
+            raise Unauthorized("the credential's user id is empty or has control characters")
         return result.user_id
 
 
@@ -90,12 +101,15 @@ class AuthMiddleware:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}
-        query = {k: v[0] for k, v in parse_qs(scope.get("query_string", b"").decode()).items()}
+        query: dict[str, str] = {}
+        if scope["type"] == "websocket":  # browsers cannot set headers on a WebSocket handshake
+            raw = scope.get("query_string", b"").decode("latin-1")
+            query = {k: v[0] for k, v in parse_qs(raw).items()}
         try:
             user = self.authenticator.authenticate(headers, query)
         except Unauthorized as exc:
-            logger.info("refused %s %s: %s", scope["type"], scope["path"], exc)
-            await _refuse(scope, receive, send, str(exc))
+            logger.info("refused %s %s: %s", scope["type"], printable(scope["path"]), exc)
+            await _refuse(scope, receive, send, exc)
             return
         scope[SCOPE_USER] = user  # for the access log, which wraps this middleware
         token = IDENTITY.set(user)
@@ -105,22 +119,23 @@ class AuthMiddleware:
             IDENTITY.reset(token)
 
 
-async def _refuse(scope: Scope, receive: Receive, send: Send, reason: str) -> None:
+async def _refuse(scope: Scope, receive: Receive, send: Send, exc: Unauthorized) -> None:
+    """401 with ``WWW-Authenticate`` and the JSON error; a WebSocket handshake gets the same
+    answer where the server supports ASGI's denial response, else a close (HTTP 403)."""
+    body = json.dumps({"error": "UNAUTHORIZED", "message": str(exc)}).encode()
+    # RFC 6750 3.1: no error code when the request carried no credential at all
+    challenge = 'Bearer realm="agentkernel"' + ("" if exc.missing else ', error="invalid_token"')
+    headers = [
+        (b"content-type", b"application/json"),
+        (b"content-length", str(len(body)).encode()),
+        (b"www-authenticate", challenge.encode()),
+    ]
+    prefix = "http"
     if scope["type"] == "websocket":
         await receive()  # websocket.connect
-        await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
-        return
-    body = json.dumps({"error": "UNAUTHORIZED", "message": reason}).encode()
-    challenge = 'Bearer realm="agentkernel", error="invalid_token"'
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 401,
-            "headers": [
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-                (b"www-authenticate", challenge.encode()),
-            ],
-        }
-    )
-    await send({"type": "http.response.body", "body": body})
+        if "websocket.http.response" not in scope.get("extensions", {}):
+            await send({"type": "websocket.close", "code": 1008, "reason": "unauthorized"})
+            return
+        prefix = "websocket.http"
+    await send({"type": f"{prefix}.response.start", "status": 401, "headers": headers})
+    await send({"type": f"{prefix}.response.body", "body": body})
