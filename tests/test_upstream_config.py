@@ -138,3 +138,47 @@ def test_the_logging_level_applies_to_the_command(tmp_path: Path) -> None:
         [sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, check=True
     )
     assert out.stdout.strip() == str(logging.WARNING)
+
+
+UPSTREAM_SCALABLE = """
+    library_version: "0.2"
+    trace: {enabled: true, type: langfuse}
+    guardrail: {input: {enabled: false}}
+    logging: {ak: {level: INFO}, system: {level: WARNING}}
+    api: {port: 8000, enabled_routes: {agents: true}}
+    execution:
+      mode: rest_async
+      queues: {type: sqs}
+      response_store:
+        type: dynamodb
+        dynamodb: {table_name: responses, ttl: 7200}
+    session:
+      type: redis
+      redis: {url: "redis://127.0.0.1:6379", ttl: 3600}
+"""
+
+
+def test_backend_ttls_move_up_and_upstream_feature_blocks_only_warn(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="agentkernel.core"):
+        config = load(tmp_path, UPSTREAM_SCALABLE)
+    assert (config.execution.response_store.ttl, config.session.ttl) == (7200, 3600)
+    assert config.execution.response_store.dynamodb.table_name == "responses"  # type: ignore[union-attr]
+    text = caplog.text
+    assert "execution.response_store.dynamodb.ttl is read as execution.response_store.ttl" in text
+    assert "session.redis.ttl is read as session.ttl" in text
+    for key in ("library_version", "trace", "guardrail", "logging.system", "api.enabled_routes"):
+        assert f"config key {key} is ignored" in text
+
+
+def test_a_backend_ttl_never_overrides_the_key_set_here(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    with caplog.at_level(logging.WARNING, logger="agentkernel.core"):
+        config = load(
+            tmp_path,
+            "session: {type: in_memory, ttl: 60, redis: {url: 'redis://x', ttl: 5}}\n",
+        )
+    assert config.session.ttl == 60
+    assert "session.redis.ttl is ignored: session.ttl is set" in caplog.text

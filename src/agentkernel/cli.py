@@ -61,7 +61,7 @@ def _configure(args: argparse.Namespace) -> None:
             for k, v in (
                 ("host", args.host),
                 ("port", args.port),
-                ("access_log", args.access_log or None),
+                ("access_log", getattr(args, "access_log", False) or None),
             )
             if v is not None
         }

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 from pydantic_core import PydanticUndefined
 
 from agentkernel.core.config import AKConfig
+from agentkernel.core.upstream import UPSTREAM_MOVED, UPSTREAM_ONLY
 from agentkernel.core.upstream import model_of as _model_of
 
 HEADER = """# Configuration reference
@@ -25,10 +26,10 @@ Durations are seconds (floats). An invalid value stops start-up with an `AKConfi
 the key; an unknown key is an error that names the closest valid one. Blocks marked *optional
 block* are absent until a key inside them is set.
 
-`config.yaml` files written for the upstream agentkernel queue mode load as they are: keys of
-upstream features this package does not have (`websocket_api`, `sandbox`, `thread`, `schedule`,
-`execution.realtime`, `session.cache`, `session.connection_store`, `api.custom_router_prefix`,
-`api.max_file_size`) are ignored with one warning each.
+`config.yaml` files written for the upstream agentkernel queue mode load as they are. Keys of
+upstream features this package does not have are ignored with one warning each: {ignored}.
+Upstream keeps some settings in a backend block that live one level up here; they are read there
+(with a warning) unless that key is set too: {moved}.
 
 | Key | Type | Default | Description |
 |---|---|---|---|
@@ -68,7 +69,12 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[str]:
 
 def render() -> str:
     """The whole reference page."""
-    return HEADER + "\n".join(rows(AKConfig)) + "\n"
+    ignored = ", ".join(f"`{'.'.join(path)}`" for path in UPSTREAM_ONLY)
+    moved = ", ".join(
+        f"`{'.'.join(path)}` as `{'.'.join(target)}`" for path, target in UPSTREAM_MOVED.items()
+    )
+    header = HEADER.format(ignored=ignored, moved=moved)
+    return header + "\n".join(rows(AKConfig)) + "\n"
 
 
 if __name__ == "__main__":

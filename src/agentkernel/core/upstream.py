@@ -27,26 +27,71 @@ UPSTREAM_ONLY: dict[tuple[str, ...], str] = {
     ("session", "connection_store"): "the upstream WebSocket connection store",
     ("api", "custom_router_prefix"): "upstream custom routers",
     ("api", "max_file_size"): "upstream file uploads (api.max_body_bytes bounds bodies here)",
+    ("api", "enabled_routes"): "upstream route selection (every route is on here)",
+    ("logging", "system"): "upstream system logging (logging.ak sets the level here)",
+    ("library_version",): "the upstream library version pin",
+    ("trace",): "upstream tracing integrations (W3C traceparent travels with every turn here)",
+    ("a2a",): "upstream agent-to-agent endpoints",
+    ("mcp",): "upstream MCP servers",
+    ("multimodal",): "upstream multimodal attachments",
+    ("guardrail",): "upstream guardrails",
+    ("test",): "the upstream test harness",
+    ("slack",): "the upstream Slack integration",
+}
+
+#: Upstream keys that set something this package keeps one level up: read there, unless that
+#: key is set too.
+UPSTREAM_MOVED: dict[tuple[str, ...], tuple[str, ...]] = {
+    **{
+        ("execution", "response_store", backend, "ttl"): ("execution", "response_store", "ttl")
+        for backend in ("redis", "valkey", "dynamodb")
+    },
+    **{
+        ("session", backend, "ttl"): ("session", "ttl")
+        for backend in ("redis", "valkey", "dynamodb")
+    },
 }
 
 
 def drop_upstream_keys(data: dict[str, Any]) -> dict[str, Any]:
-    """A copy of a raw configuration without upstream-only keys, warning once per key found."""
+    """A copy of a raw configuration without upstream-only keys, warning once per key found;
+    keys upstream keeps in a backend block that this package keeps one level up are moved."""
     data = dict(data)
+    for path, target in UPSTREAM_MOVED.items():
+        block = _parent(data, path)
+        if block is None or path[-1] not in block:
+            continue
+        value = _copy_path(data, path[:-1]).pop(path[-1])
+        destination = _parent(data, target)
+        if destination is not None and target[-1] not in destination:
+            _copy_path(data, target[:-1])[target[-1]] = value
+            logger.warning("config key %s is read as %s", ".".join(path), ".".join(target))
+        else:
+            logger.warning(
+                "config key %s is ignored: %s is set (or %s is not a block)",
+                ".".join(path),
+                ".".join(target),
+                ".".join(target[:-1]),
+            )
     for path, purpose in UPSTREAM_ONLY.items():
-        parent: Any = data
-        for key in path[:-1]:
-            parent = parent.get(key) if isinstance(parent, dict) else None
-        if isinstance(parent, dict) and path[-1] in parent:
-            if parent is not data:  # copy the nested block before changing it
-                parent = _copy_path(data, path[:-1])
-            del parent[path[-1]]
+        block = _parent(data, path)
+        if block is not None and path[-1] in block:
+            del _copy_path(data, path[:-1])[path[-1]]  # copies nested blocks before changing
             logger.warning(
                 "config key %s is ignored: it configures %s, which agentkernel does not have",
                 ".".join(path),
                 purpose,
             )
     return data
+
+
+def _parent(data: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
+    """The block holding the last key of ``path``, or ``None`` when a block on the way is not
+    there (or not a mapping)."""
+    node: Any = data
+    for key in path[:-1]:
+        node = node.get(key) if isinstance(node, dict) else None
+    return node if isinstance(node, dict) else None
 
 
 def _copy_path(data: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any]:
