@@ -45,6 +45,20 @@ def test_a_missing_config_file(tmp_path: Path) -> None:
     one_line_error(done, "config file 'nope.yaml' does not exist")
 
 
+def test_split_processes_refuse_in_memory_queues(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text("")
+    for args in (("io",), ("runner", "agents.py")):
+        one_line_error(run(*args, cwd=tmp_path), "needs a broker shared with the other processes")
+
+
+def test_a_port_out_of_range_or_a_directory_as_config(tmp_path: Path) -> None:
+    (tmp_path / "agents.py").write_text("")
+    done = run("serve", "agents.py", "--port", "99999", cwd=tmp_path)
+    assert done.returncode == 2 and "'99999' is not a port (0-65535)" in done.stderr
+    assert "Traceback" not in done.stderr
+    one_line_error(run("serve", "agents.py", "--config", ".", cwd=tmp_path), "is not a file")
+
+
 def test_a_port_in_use(tmp_path: Path) -> None:
     (tmp_path / "agents.py").write_text("")
     with socket.socket() as taken:

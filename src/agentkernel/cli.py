@@ -12,8 +12,10 @@ AGENTS is a ``.py`` file or an importable ``module`` / ``module:attr`` that regi
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
+import os
 import runpy
 import socket
 import sys
@@ -74,11 +76,24 @@ def _serve(args: argparse.Namespace, with_runner: bool) -> None:
     from agentkernel.pipeline.io_handler import IOHandler
 
     _configure(args)
+    if not with_runner:
+        _need_a_broker("io")
     _check_port(AKConfig.get().api.host, AKConfig.get().api.port)
     if with_runner:
         load_agents(args.agents)
     _summary(args.command)
     IOHandler.run(with_runner=with_runner)
+
+
+def _need_a_broker(command: str) -> None:
+    """The split topology needs a broker both processes reach; in-memory queues are per process,
+    so an IO process on them would wait forever for a runner that can never see its turns."""
+    if AKConfig.get().execution.queues.type == "in_memory":
+        raise AKConfigError(
+            f"execution.queues.type: 'agentkernel {command}' needs a broker shared with the other "
+            "processes (sqs, nats, kafka), but it is in_memory; set it (see "
+            "docs/walkthrough-split.md), or run everything in one process with 'agentkernel serve'"
+        )
 
 
 def _check_port(host: str, port: int) -> None:
@@ -89,10 +104,11 @@ def _check_port(host: str, port: int) -> None:
         probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             probe.bind((host, port))
+        except socket.gaierror as exc:
+            raise AKConfigError(f"api.host: cannot resolve {host!r}: {exc.strerror}") from exc
         except OSError as exc:
-            raise AKConfigError(
-                f"api.port: cannot listen on {host}:{port}: {exc.strerror}"
-            ) from exc
+            key = "api.host" if exc.errno == errno.EADDRNOTAVAIL else "api.port"
+            raise AKConfigError(f"{key}: cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
 def _summary(command: str) -> None:
@@ -122,6 +138,7 @@ def _runner(args: argparse.Namespace) -> None:
     config = AKConfig.load(args.config)
     AKConfig.set(config)
     logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
+    _need_a_broker("runner")
     load_agents(args.agents)
     _summary("runner")
     AgentRunner.run()
@@ -130,7 +147,7 @@ def _runner(args: argparse.Namespace) -> None:
 def _chat(args: argparse.Namespace) -> int:
     from agentkernel.client import ChatClient, ChatError, interactive, one_turn
 
-    client = ChatClient(args.url, args.timeout)
+    client = ChatClient(args.url, args.timeout, api_key=args.api_key, token=args.token)
     try:
         if args.prompt is None:
             print(f"session {args.session}: type a message, end with Ctrl-D", file=sys.stderr)
@@ -152,6 +169,16 @@ def _chat(args: argparse.Namespace) -> int:
     return 0
 
 
+def _port(text: str) -> int:
+    try:
+        port = int(text)
+    except ValueError:
+        port = -1
+    if not 0 <= port <= 65535:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a port (0-65535)")
+    return port
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentkernel", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"agentkernel {__version__}")
@@ -166,7 +193,7 @@ def build_parser() -> argparse.ArgumentParser:
             cmd.add_argument("agents", help="a .py file or module[:attr] that registers agents")
         if name != "runner":
             cmd.add_argument("--host", help="interface to listen on (api.host)")
-            cmd.add_argument("--port", type=int, help="port to listen on (api.port)")
+            cmd.add_argument("--port", type=_port, help="port to listen on (api.port)")
             cmd.add_argument(
                 "--access-log",
                 action="store_true",
@@ -181,6 +208,16 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--stream", action="store_true", help="print the reply as it is produced")
     chat.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
     chat.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
+    chat.add_argument(
+        "--api-key",
+        default=os.environ.get("AGENTKERNEL_API_KEY"),
+        help="API key for a server with authentication on (default $AGENTKERNEL_API_KEY)",
+    )
+    chat.add_argument(
+        "--token",
+        default=os.environ.get("AGENTKERNEL_TOKEN"),
+        help="bearer token (JWT) for a server with authentication on (default $AGENTKERNEL_TOKEN)",
+    )
     return parser
 
 

@@ -7,6 +7,7 @@ import sys
 import time
 from collections.abc import Iterator
 from typing import IO, Any
+from urllib.parse import quote
 
 import httpx
 
@@ -20,28 +21,55 @@ class ChatClient:
 
     Args:
         base_url: the server, e.g. ``http://127.0.0.1:8000``.
-        timeout: seconds to wait for a reply.
+        timeout: seconds to wait for a reply, in all (the POST and any polling after it).
+        api_key: sent as ``X-API-Key`` when the server has authentication on.
+        token: sent as ``Authorization: Bearer`` (a JWT) when the server has authentication on.
     """
 
-    def __init__(self, base_url: str, timeout: float = 60.0) -> None:
+    def __init__(
+        self,
+        base_url: str,
+        timeout: float = 60.0,
+        api_key: str | None = None,
+        token: str | None = None,
+    ) -> None:
         self.timeout = timeout
-        self._http = httpx.Client(base_url=base_url, timeout=timeout + 5)
+        headers = {"X-API-Key": api_key} if api_key else {}
+        if token:
+            headers["Authorization"] = f"Bearer {token}"
+        self._http = httpx.Client(base_url=base_url, timeout=timeout, headers=headers)
 
     def close(self) -> None:
         self._http.close()
 
     def ask(
-        self, session: str, prompt: str, agent: str | None = None, asynchronous: bool = False
+        self,
+        session: str,
+        prompt: str,
+        agent: str | None = None,
+        asynchronous: bool = False,
+        **extra: Any,
     ) -> str:
-        """Send a turn and return the reply text (polling when the server answers 202)."""
+        """Send a turn and return the reply text (polling when the server answers 202 or 504),
+        or raise :class:`ChatError` once ``timeout`` seconds have passed without one.
+
+        ``extra`` fields travel in the body and reach the agent as ``turn.extra``.
+        """
+        deadline = time.monotonic() + self.timeout
         headers = {"Prefer": "respond-async"} if asynchronous else {}
-        response = self._post(self._body(session, prompt, agent), headers)
-        if response.status_code in (202, 504) and "request_id" in response.json():
-            # Queued (async), or not answered within the server's wait: poll until our timeout.
-            response = self._poll(session, response.json()["request_id"])
-        doc = response.json()
+        response = self._post(self._body(session, prompt, agent) | extra, headers)
+        doc = _json(response)
+        if response.status_code in (202, 504) and "request_id" in doc:
+            # Queued (async), or not answered within the server's wait: poll until our deadline.
+            response = self._poll(session, doc["request_id"], deadline)
+            doc = _json(response)
         if response.status_code == 200 and "result" in doc:
             return str(doc["result"])
+        if doc.get("error") == "PENDING":
+            raise ChatError(
+                f"no reply within {self.timeout:g}s; the turn is still running: poll "
+                f"/api/v1/chat/{quote(session, safe='')}?request_id={doc.get('request_id', '')}"
+            )
         raise ChatError(f"HTTP {response.status_code}: {json.dumps(doc)}")
 
     def stream(self, session: str, prompt: str, agent: str | None = None) -> Iterator[str]:
@@ -71,21 +99,36 @@ class ChatClient:
     def _post(self, body: dict[str, Any], headers: dict[str, str]) -> httpx.Response:
         try:
             return self._http.post("/api/v1/chat", json=body, headers=headers)
+        except httpx.TimeoutException as exc:
+            raise ChatError(f"no reply within {self.timeout:g}s") from exc
         except httpx.HTTPError as exc:
             raise ChatError(f"cannot reach the server: {exc}") from exc
 
-    def _poll(self, session: str, request_id: str) -> httpx.Response:
-        deadline = time.monotonic() + self.timeout
+    def _poll(self, session: str, request_id: str, deadline: float) -> httpx.Response:
+        path = f"/api/v1/chat/{quote(session, safe='')}"
         while True:
+            remaining = deadline - time.monotonic()
             try:
                 response = self._http.get(
-                    f"/api/v1/chat/{session}", params={"request_id": request_id}
+                    path, params={"request_id": request_id}, timeout=max(remaining, 0.1)
                 )
             except httpx.HTTPError as exc:
                 raise ChatError(f"cannot reach the server: {exc}") from exc
-            if response.status_code not in (404, 503) or time.monotonic() > deadline:
+            if response.status_code not in (404, 503) or remaining <= 0.2:
                 return response
             time.sleep(0.2)
+
+
+def _json(response: httpx.Response) -> dict[str, Any]:
+    """The answer's JSON object; anything else (a proxy's HTML page, a redirect) is an error."""
+    try:
+        doc = response.json()
+    except ValueError:
+        doc = None
+    if not isinstance(doc, dict):
+        text = response.text[:200] or "(empty body)"
+        raise ChatError(f"HTTP {response.status_code}: not a JSON answer: {text}")
+    return doc
 
 
 def one_turn(

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Iterator
@@ -306,3 +309,26 @@ def test_server_log_lines_mask_tokens_and_escape_forged_lines(
     assert not any(secret_token in m for m in messages)
     assert not any("\n" in m and "FORGED" in m for m in messages)
     assert any("\\n2026-11-30" in m for m in messages)
+
+
+def test_the_chat_command_sends_an_api_key_or_a_token(server: Server) -> None:
+    command = [sys.executable, "-m", "agentkernel", "chat", "--url", server.url, "--session"]
+    with_key = subprocess.run(
+        [*command, "cli-key", "--api-key", KEYS["alice"], "hi"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert (with_key.returncode, with_key.stdout) == (0, '["hi"]\n'), with_key.stderr
+    with_token = subprocess.run(
+        [*command, "cli-token", "hello"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "AGENTKERNEL_TOKEN": token("carol")},
+    )
+    assert (with_token.returncode, with_token.stdout) == (0, '["hello"]\n'), with_token.stderr
+    without = subprocess.run(
+        [*command, "cli-none", "x"], capture_output=True, text=True, timeout=60
+    )
+    assert without.returncode == 1 and "HTTP 401" in without.stderr

@@ -6,7 +6,9 @@ import concurrent.futures
 import time
 
 import httpx
+import pytest
 
+from agentkernel.client import ChatClient, ChatError
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.io_handler import IOHandler
@@ -342,3 +344,31 @@ def test_the_clients_it_created_are_closed_in_order_after_the_drain() -> None:
     assert CLOSED == []
     server.close()
     assert CLOSED == ["transport", "store"]
+
+
+def test_chat_client_polls_after_a_504_under_any_session_id(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(sync_timeout=0.2)
+    client = ChatClient(server.url, timeout=20)
+    try:
+        for session in ("q?x=1", "h#frag", "pct%2F", "ü s"):
+            assert client.ask(session, "p", agent="slow") == "slept"  # 0.5 s: a 504, then polls
+    finally:
+        client.close()
+
+
+def test_chat_client_gives_up_at_its_own_timeout(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server()  # the server itself would wait 60 s
+    client = ChatClient(server.url, timeout=0.3)
+    started = time.monotonic()
+    try:
+        with pytest.raises(ChatError, match=r"no reply within 0.3s"):
+            client.ask("patient", "p", agent="slow", seconds=5)
+        async_started = time.monotonic()
+        with pytest.raises(
+            ChatError, match=r"still running: poll /api/v1/chat/patient\?request_id="
+        ):
+            client.ask("patient", "p", agent="slow", asynchronous=True, seconds=5)
+        assert time.monotonic() - async_started < 3
+    finally:
+        client.close()
+    assert time.monotonic() - started < 6

@@ -540,8 +540,9 @@ class AKConfig(BaseSettings):
         explicit = path or os.environ.get(CONFIG_PATH_ENV)
         yaml_path = Path(explicit or DEFAULT_CONFIG_PATH)
         if explicit and not yaml_path.is_file():
+            problem = "is not a file" if yaml_path.exists() else "does not exist"
             raise AKConfigError(
-                f"config file '{yaml_path}' does not exist (named by --config or {CONFIG_PATH_ENV})"
+                f"config file '{yaml_path}' {problem} (named by --config or {CONFIG_PATH_ENV})"
             )
         cls._yaml_path = yaml_path if yaml_path.is_file() else None
         try:
