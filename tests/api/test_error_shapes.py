@@ -15,6 +15,8 @@ from .conftest import Server
         ("PUT", "/health", 405, "METHOD_NOT_ALLOWED"),
         ("GET", "/api/v1/chat/s", 400, "INVALID_REQUEST"),
         ("GET", "/api/v1/chat/s/stream", 400, "INVALID_REQUEST"),
+        ("GET", "/health/", 404, "NOT_FOUND"),  # not an empty 307 redirect
+        ("GET", "/api/v1/agents/", 404, "NOT_FOUND"),
     ],
 )
 def test_errors_are_json_objects(
@@ -38,5 +40,10 @@ def test_openapi_lists_every_status_of_the_chat_routes(server: Server) -> None:
     get = paths["/api/v1/chat/{session_id}"]["get"]["responses"]
     assert {"200", "400", "401", "404", "503"} <= set(get)
     assert "PENDING" in get["404"]["description"]
+    assert {"500", "504"} <= set(get)  # a stored AGENT_ERROR or TURN_TIMEOUT
+    assert "TURN_TIMEOUT" in post["504"]["description"]
     stream = paths["/api/v1/chat/{session_id}/stream"]["get"]["responses"]
     assert {"200", "400", "401"} <= set(stream)
+    assert "503" in paths["/ready"]["get"]["responses"]
+    for route in ("/api/v1/agents", "/metrics"):
+        assert "401" in paths[route]["get"]["responses"]

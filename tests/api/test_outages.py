@@ -100,6 +100,7 @@ def test_store_outage_answers_503_quickly_and_replies_land_when_it_is_back(
         503,
         "unavailable: StoreUnavailableError",
     )
+    assert ready.json()["error"] == "NOT_READY" and "response_store" in ready.json()["message"]
 
     time.sleep(2.0)
     # Without back-off the reply was retried 276 times in 0.3 s; now 0.5 s, 1 s, 2 s ...

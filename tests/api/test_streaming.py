@@ -126,6 +126,14 @@ def test_sse_resume_with_last_event_id(server: Server) -> None:
     assert (frame["done"], frame["error"]) == (True, "NOT_FOUND")
 
 
+def test_sse_resume_of_a_turn_nobody_sent_ends_at_once(server: Server) -> None:
+    with server.client.stream(
+        "GET", "/api/v1/chat/zz/stream", params={"request_id": "unknown-1"}, timeout=5
+    ) as r:  # before: keep-alives for 15 s (the heartbeat), then TIMEOUT
+        [(_, frame, _, _)] = read_events(r)
+    assert (frame["done"], frame["error"]) == (True, "NOT_FOUND")
+
+
 def test_sse_idempotent_retry_replays_the_same_turn(server: Server) -> None:
     key = {"Idempotency-Key": uuid.uuid4().hex}
     first = [e[1] for e in stream_turn(server, "s6", "ticker", **key)]

@@ -74,12 +74,20 @@ async def read_frames(
     Yields ``None`` when ``heartbeat`` seconds pass without news (time for a keep-alive), and
     ends with an error frame after ``idle_timeout`` seconds without any. A frame of another
     session (or, with authentication, of another identity than ``owner``) ends the stream as
-    not found: a reply is never readable under another session.
+    not found: a reply is never readable under another session. So does a turn that nobody
+    accepted, at once, where the store keeps tickets of accepted turns.
     """
-    seen, quiet_since = after, time.monotonic()
+    seen, quiet_since, first = after, time.monotonic(), True
     while True:
         record = await call(store.nonblocking, store.get, request_id)
-        for frame in await call(store.nonblocking, store.chunks, request_id, seen):
+        chunks = await call(store.nonblocking, store.chunks, request_id, seen)
+        if first and record is None and not chunks and store.keeps_tickets:
+            ticket = await call(store.nonblocking, store.ticket, request_id)
+            if ticket is None or (ticket.session_id, ticket.owner) != (session_id, owner):
+                yield _not_found(request_id, session_id)  # no such turn: say so at once
+                return
+        first = False
+        for frame in chunks:
             if frame.get("session_id") != session_id:
                 yield _not_found(request_id, session_id)
                 return

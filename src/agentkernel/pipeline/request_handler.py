@@ -138,7 +138,13 @@ class RequestHandler:
 
     def build_app(self) -> FastAPI:
         """The application with every route of the HTTP API."""
-        app = FastAPI(title="agentkernel", version="1", docs_url="/docs", redoc_url=None)
+        app = FastAPI(
+            title="agentkernel",
+            version="1",
+            docs_url="/docs",
+            redoc_url=None,
+            redirect_slashes=False,  # a JSON 404, not an empty 307, for "/health/"
+        )
         install_error_handlers(app)
         protect_server_logs()
         if self.config.api.auth.enabled:
@@ -156,10 +162,12 @@ class RequestHandler:
             self.get_stream
         )
         app.websocket("/ws")(self.websocket)
-        app.get("/api/v1/agents")(self.list_agents)
+        app.get("/api/v1/agents", responses=openapi.PROTECTED_RESPONSES)(self.list_agents)
         app.get("/health")(self.health)
-        app.get("/ready")(self.ready)
-        app.get("/metrics", response_class=PlainTextResponse)(self.metrics)
+        app.get("/ready", responses=openapi.READY_RESPONSES)(self.ready)
+        app.get(
+            "/metrics", response_class=PlainTextResponse, responses=openapi.PROTECTED_RESPONSES
+        )(self.metrics)
         return app
 
     # -- chat ---------------------------------------------------------------------------------
@@ -398,10 +406,11 @@ class RequestHandler:
                 results[name] = "ok"
             except Exception as exc:
                 results[name] = f"unavailable: {type(exc).__name__}"
-        ok = all(v == "ok" for v in results.values())
-        return JSONResponse(
-            {"status": "ready" if ok else "not_ready", **results}, 200 if ok else 503
-        )
+        if all(v == "ok" for v in results.values()):
+            return JSONResponse({"status": "ready", **results})
+        down = ", ".join(name for name, v in results.items() if v != "ok")
+        doc = {"error": "NOT_READY", "message": f"not answering: {down}", "status": "not_ready"}
+        return JSONResponse(doc | results, 503)
 
     async def metrics(self) -> PlainTextResponse:
         """Prometheus metrics of this process."""

@@ -58,7 +58,11 @@ POST_RESPONSES: dict[int | str, dict[str, Any]] = {
         "have been queued, request_id and a Location to poll are included.",
         **_ERROR,
     },
-    504: {"description": "No reply in time; poll the Location.", **_ERROR},
+    504: {
+        "description": "No reply within api.sync_timeout (TIMEOUT; poll the Location), or the "
+        "agent ran past its turn deadline (TURN_TIMEOUT).",
+        **_ERROR,
+    },
 }
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
@@ -77,5 +81,18 @@ GET_RESPONSES: dict[int | str, dict[str, Any]] = {
         "NOT_FOUND for an unknown, expired or another session's request.",
         **_ERROR,
     },
+    500: {"description": "The stored reply of a turn whose agent failed.", **_ERROR},
     503: {"description": "The reply store is unreachable; retry later.", **_ERROR},
+    504: {"description": "The stored reply of a turn past its deadline (TURN_TIMEOUT).", **_ERROR},
+}
+#: Answers of the routes outside the chat API that need a credential when auth is on.
+PROTECTED_RESPONSES: dict[int | str, dict[str, Any]] = {
+    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
+}
+READY_RESPONSES: dict[int | str, dict[str, Any]] = {
+    503: {
+        "description": "The broker or the response store does not answer: error NOT_READY, "
+        "with which one in the body.",
+        **_ERROR,
+    },
 }

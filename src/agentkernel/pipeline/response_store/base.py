@@ -90,6 +90,8 @@ class ResponseStore(ABC):
     nonblocking: ClassVar[bool] = False
     #: Whether :meth:`wait` is woken by the write itself (no polling).
     pushes: ClassVar[bool] = False
+    #: Whether :meth:`accept` keeps tickets (so a read can tell an unknown turn at once).
+    keeps_tickets: ClassVar[bool] = False
     #: Longest sleep between two reads of :meth:`wait`'s polling fallback, in seconds.
     max_poll_interval: ClassVar[float] = 0.5
 

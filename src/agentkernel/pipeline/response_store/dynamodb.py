@@ -58,6 +58,7 @@ class DynamoDBResponseStore(ResponseStore):
     """
 
     shared = True
+    keeps_tickets = True
     max_poll_interval = 0.25
 
     def __init__(

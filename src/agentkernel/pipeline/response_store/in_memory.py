@@ -23,6 +23,7 @@ class InMemoryResponseStore(ResponseStore):
     """
 
     nonblocking = True
+    keeps_tickets = True
     pushes = True
 
     def __init__(self, ttl: float = 3600.0) -> None:

@@ -65,6 +65,7 @@ class RedisResponseStore(ResponseStore):
     """
 
     shared = True
+    keeps_tickets = True
     pushes = True
 
     def __init__(self, url: str, prefix: str = "ak:", ttl: float = 3600.0) -> None:
