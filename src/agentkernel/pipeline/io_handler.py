@@ -190,7 +190,7 @@ class IOHandler:
     def _serve_http(self) -> None:
         try:
             config = self.server.config
-            get_factory = getattr(config, "get_loop_factory", None)  # uvicorn >= 0.36
+            get_factory = getattr(config, "get_loop_factory", None)  # absent on older uvicorn
             if get_factory is None:
                 config.setup_event_loop()
             with asyncio.Runner(loop_factory=get_factory() if get_factory else None) as runner:
