@@ -3,11 +3,14 @@
 1. Sync latency: POST /api/v1/chat with a no-op agent (through INPUT, runner, OUTPUT, store)
    against POST /bench/trivial (a plain FastAPI route on the same server), and against calling
    the agent directly. Pipeline overhead = chat p50 - trivial p50.
-2. Throughput of no-op turns over HTTP against the trivial route, with concurrent clients.
+2. Throughput of no-op turns over HTTP against the trivial route, with concurrent clients, in
+   alternating rounds (chat, trivial, chat, ...) so machine noise hits both alike; the ratio is
+   the median of the per-round ratios. CPU per request is the server process's CPU seconds
+   (user + system, from psutil) over the requests wrk completed in that round.
 3. In-flight concurrency: 1,000 sessions, an agent that awaits 1 s per turn, run by the async
    Agent Runner against a runner that runs one turn per consumer thread (5 threads).
 
-Usage: python benchmarks/bench_embedded.py [--requests 2000] [--concurrency 32]
+Usage: python benchmarks/bench_embedded.py [--requests 2000] [--concurrency 32] [--rounds 5]
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import shutil
 import statistics
 import subprocess
 import sys
@@ -22,6 +26,7 @@ import time
 from pathlib import Path
 
 import httpx
+import psutil
 
 from agentkernel import Agent, AgentRegistry, Turn
 from agentkernel.core.config import QueuesConfig, RunnerConfig
@@ -87,25 +92,44 @@ end
 """
 
 
-def wrk_throughput(url: str, path: str, seconds: int, connections: int) -> float | None:
-    """Requests/s measured by wrk (a C load generator), or None when wrk is not installed."""
+def cpu_seconds(server: psutil.Process) -> float:
+    times = server.cpu_times()
+    return float(times.user + times.system)
+
+
+def wrk_round(
+    url: str, path: str, seconds: int, connections: int, server: psutil.Process
+) -> tuple[float, float]:
+    """(requests/s, server CPU microseconds per request) of one wrk run (a C load generator)."""
     import re
-    import shutil
     import tempfile
 
-    if shutil.which("wrk") is None:
-        return None
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(WRK_SCRIPT)
+    cpu_before = cpu_seconds(server)
     out = subprocess.run(
         ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", script.name, url + path],
         capture_output=True,
         text=True,
         check=True,
     ).stdout
+    cpu = cpu_seconds(server) - cpu_before
     non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
     assert non2xx is None, out
-    return float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
+    done = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
+    return rate, cpu / max(done, 1) * 1e6
+
+
+def wrk_rounds(
+    url: str, rounds: int, seconds: int, connections: int, server: psutil.Process
+) -> dict[str, list[tuple[float, float]]]:
+    """Alternate chat and trivial wrk runs ``rounds`` times; (req/s, CPU us/req) per run."""
+    results: dict[str, list[tuple[float, float]]] = {"chat": [], "trivial": []}
+    for _ in range(rounds):
+        results["chat"].append(wrk_round(url, "/api/v1/chat", seconds, connections, server))
+        results["trivial"].append(wrk_round(url, "/bench/trivial", seconds, connections, server))
+    return results
 
 
 async def throughput(url: str, path: str, n: int, concurrency: int) -> float:
@@ -191,12 +215,38 @@ def sleeping_turns(turns: int, async_runner: bool, time_limit: float) -> tuple[i
     return done, elapsed
 
 
+def load() -> str:
+    return " ".join(f"{x:.2f}" for x in psutil.getloadavg())
+
+
+def print_rounds(rounds: dict[str, list[tuple[float, float]]]) -> None:
+    print("| path | req/s per round | median req/s | median server CPU us/request |")
+    print("|---|---|---|---|")
+    for name, key in (("pipeline (no-op turn)", "chat"), ("trivial FastAPI route", "trivial")):
+        rates = ", ".join(f"{rate:.0f}" for rate, _ in rounds[key])
+        rate = statistics.median(r for r, _ in rounds[key])
+        cpu = statistics.median(c for _, c in rounds[key])
+        print(f"| {name} | {rates} | {rate:.0f} | {cpu:.0f} |")
+    pairs = list(zip(rounds["chat"], rounds["trivial"], strict=True))
+    ratios = sorted(chat[0] / trivial[0] for chat, trivial in pairs)
+    cpu_ratio = statistics.median(chat[1] / trivial[1] for chat, trivial in pairs)
+    print(
+        f"\nratio pipeline/trivial: median {statistics.median(ratios):.2f} "
+        f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); CPU per request ratio {cpu_ratio:.2f}"
+    )
+    turn_cpu = statistics.median(c for _, c in rounds["chat"])
+    print(f"CPU per turn (embedded, over HTTP): {turn_cpu / 1000:.3f} ms\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--requests", type=int, default=2000)
     parser.add_argument("--concurrency", type=int, default=32)
+    parser.add_argument("--rounds", type=int, default=5, help="alternating wrk rounds")
+    parser.add_argument("--seconds", type=int, default=4, help="seconds per wrk round")
     args = parser.parse_args()
 
+    print(f"load average at start: {load()}\n")
     proc, url = start_server()
     try:
         with httpx.Client(base_url=url, timeout=30) as client:
@@ -207,15 +257,18 @@ def main() -> None:
                 chat += latency(client, "/api/v1/chat", args.requests // 5)
                 trivial += latency(client, "/bench/trivial", args.requests // 5)
         direct = direct_agent_latency(args.requests)
-        tp_chat = wrk_throughput(url, "/api/v1/chat", 10, args.concurrency)
-        tp_trivial = wrk_throughput(url, "/bench/trivial", 10, args.concurrency)
-        tool = "wrk, 10 s each"
-        if tp_chat is None or tp_trivial is None:
+        server = psutil.Process(proc.pid)
+        rounds: dict[str, list[tuple[float, float]]] | None = None
+        if shutil.which("wrk") is not None:
+            rounds = wrk_rounds(url, args.rounds, args.seconds, args.concurrency, server)
+            tool = f"wrk, {args.rounds} alternating rounds of {args.seconds} s"
+        else:
             tp_chat = asyncio.run(throughput(url, "/api/v1/chat", args.requests, args.concurrency))
             tp_trivial = asyncio.run(
                 throughput(url, "/bench/trivial", args.requests, args.concurrency)
             )
             tool = f"httpx, {args.requests} requests; the Python client may be the bottleneck"
+        load_after_http = load()
     finally:
         proc.terminate()
         proc.wait(20)
@@ -231,10 +284,12 @@ def main() -> None:
     overhead = statistics.median(chat) - statistics.median(trivial)
     print(f"\npipeline overhead at p50: {overhead:.3f} ms (chat p50 - trivial p50)\n")
     print(f"## Throughput, {args.concurrency} concurrent connections ({tool})")
-    print(
-        f"| path | req/s |\n|---|---|\n| pipeline | {tp_chat:.0f} |\n| trivial | {tp_trivial:.0f} |"
-    )
-    print(f"\nratio pipeline/trivial: {tp_chat / tp_trivial:.2f}\n")
+    if rounds is None:
+        print(f"| path | req/s |\n|---|---|\n| pipeline | {tp_chat:.0f} |")
+        print(f"| trivial | {tp_trivial:.0f} |\n\nratio: {tp_chat / tp_trivial:.2f}\n")
+    else:
+        print_rounds(rounds)
+    print(f"load average after the HTTP part: {load_after_http}\n")
 
     ours, ours_s = sleeping_turns(1000, async_runner=True, time_limit=60)
     base, base_s = sleeping_turns(1000, async_runner=False, time_limit=20)

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
 T = TypeVar("T")
@@ -14,3 +14,12 @@ async def call(nonblocking: bool, fn: Callable[..., T], *args: Any) -> T:
     if nonblocking:
         return fn(*args)
     return await asyncio.to_thread(fn, *args)
+
+
+def nonblocking_async(fn: Callable[..., T]) -> Callable[..., Awaitable[T]]:
+    """An ``async`` wrapper that runs ``fn``, which never blocks, on the event loop itself."""
+
+    async def run(*args: Any) -> T:
+        return fn(*args)
+
+    return run

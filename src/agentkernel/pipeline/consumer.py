@@ -146,6 +146,7 @@ class _Isolation:
         self._pending = 0
         self._lock = threading.Lock()
         self._active = 0  # normal messages being processed (event-loop thread only)
+        self._alone_waiting = 0  # suspects waiting for the normal messages to finish
         self._changed: asyncio.Condition | None = None
         self._one_at_a_time: asyncio.Lock | None = None
 
@@ -171,8 +172,12 @@ class _Isolation:
         changed = self._condition()
         try:
             async with self._one_at_a_time:  # type: ignore[union-attr]
-                async with changed:
-                    await changed.wait_for(lambda: self._active == 0)
+                self._alone_waiting += 1
+                try:
+                    async with changed:
+                        await changed.wait_for(lambda: self._active == 0)
+                finally:
+                    self._alone_waiting -= 1
                 await work()
         finally:
             self._release()
@@ -180,14 +185,15 @@ class _Isolation:
     async def run_normal(self, work: Callable[[], Awaitable[None]]) -> None:
         # Never held back: a message fetched before the suspect should finish before it runs
         # (and so be out of the way if the suspect crashes the process).
-        changed = self._condition()
         self._active += 1
         try:
             await work()
         finally:
-            async with changed:
-                self._active -= 1
-                changed.notify_all()
+            self._active -= 1
+            if self._alone_waiting:  # only a waiting suspect cares; skip the lock otherwise
+                changed = self._condition()
+                async with changed:
+                    changed.notify_all()
 
 
 class ConsumerLoop:
@@ -259,6 +265,7 @@ class ConsumerLoop:
         self._stop_on_shutdown = stop_on_shutdown
         self._idle = threading.Event()
         self._async = is_async_callable(process)
+        self._async_failure = is_async_callable(on_permanent_failure)
         self._slots = _Slots(max_in_flight if self._async else num_consumers * batch_size)
         self._stop = threading.Event()
         self._leases = LeaseKeeper(f"{self._queue}-leases") if lease_extension else None
@@ -515,13 +522,38 @@ class ConsumerLoop:
             self._running -= 1
             last = self._running == 0
         if last:
-            if self._leases is not None:
-                self._leases.stop()
-            if self._loop is not None:
-                self._loop.stop()
-            self._redelivery.stop()
-            self._log.flush()
+            self.release_resources()
             self._idle.set()
+
+    # -- driven from an event loop (see :mod:`agentkernel.pipeline.in_loop`) -----------------
+
+    def handling(self, consumer: TransportConsumer, message: QueueMessage) -> Awaitable[None]:
+        """The whole handling of one fetched message, to run on the caller's event loop.
+
+        The caller fetches (one message per group at a time) and keeps its own in-flight count;
+        ``process`` must be ``async``.
+        """
+        if self._isolation is not None and self._suspect(message):
+            self._isolation.admit()
+        return self._handle_async(consumer, message, None)
+
+    def fetch_open(self) -> bool:
+        """False while a suspect message waits to run alone (see ``isolate_last_attempt``)."""
+        return self._isolation is None or self._isolation.fetch_open.is_set()
+
+    def hand_back(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        """Give back a message whose handling did not finish within the drain."""
+        self._untrack(message)
+        self._redelivery.nack(consumer, message)
+
+    def release_resources(self) -> None:
+        """Stop the helper threads (lease keeper, event loop, holds) once nothing is in flight."""
+        if self._leases is not None:
+            self._leases.stop()
+        if self._loop is not None:
+            self._loop.stop()
+        self._redelivery.stop()
+        self._log.flush()
 
     # -- one message -------------------------------------------------------------------------
 
@@ -529,7 +561,7 @@ class ConsumerLoop:
         return 1 < message.receive_count >= self._max_receive_count
 
     async def _isolated(self, fn: Handler, message: QueueMessage) -> None:
-        work = functools.partial(self._acall, fn, message)
+        work = functools.partial(self._acall, fn, message, self._is_async(fn))
         if self._isolation is None:
             await work()
         elif self._suspect(message):
@@ -593,9 +625,17 @@ class ConsumerLoop:
         if inspect.isawaitable(result):
             asyncio.run(_await(result))
 
+    def _is_async(self, fn: Handler) -> bool:
+        """Whether ``fn`` is async, known from construction for the two handlers (no inspect)."""
+        if fn is self._process:
+            return self._async
+        if fn is self._on_permanent_failure:
+            return self._async_failure
+        return is_async_callable(fn)
+
     @staticmethod
-    async def _acall(fn: Handler, message: QueueMessage) -> None:
-        if is_async_callable(fn):
+    async def _acall(fn: Handler, message: QueueMessage, is_async: bool) -> None:
+        if is_async:
             await fn(message)
         else:
             await asyncio.to_thread(fn, message)

@@ -16,6 +16,23 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
+def resolve_soon(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
+    """Resolve ``future`` (of ``loop``) from any thread.
+
+    On the loop's own thread the future is resolved directly: ``call_soon_threadsafe`` would
+    also write to the loop's self-pipe, a system call and an extra loop wake-up per reply.
+    """
+    if asyncio._get_running_loop() is loop:
+        _resolve(future)
+    else:
+        loop.call_soon_threadsafe(_resolve, future)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)
+
+
 class LoopThread:
     """Owns an event loop on a daemon thread; coroutines are submitted from any thread.
 

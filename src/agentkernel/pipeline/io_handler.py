@@ -13,10 +13,15 @@ Shutdown (SIGTERM/SIGINT) is ordered so nothing in hand is lost and every wait i
 4. the response handler stops, the HTTP server finishes the responses it is writing (at most
    ``HTTP_DRAIN_SECONDS``) and stops, the clients this handler created are closed (transport,
    then response store), and the process exits 0.
+
+On the in-memory transport the runner and the response handler consume on the HTTP server's
+event loop (:mod:`agentkernel.pipeline.in_loop`) rather than on consumer threads, so a turn
+crosses no thread between the request and its reply.
 """
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -29,6 +34,8 @@ from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.agent_runner import AgentRunner, error_doc
 from agentkernel.pipeline.consumer import ConsumerLoop
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.event_loop import StallWatchdog
+from agentkernel.pipeline.in_loop import InLoopConsumer
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
@@ -44,6 +51,8 @@ from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 logger = logging.getLogger(__name__)
 
 OUTPUT_DRAIN_SECONDS = 2.0
+#: Replies stored at once by an in-loop response handler (each is a dict write).
+OUTPUT_IN_FLIGHT = 256
 HTTP_DRAIN_SECONDS = 5.0
 #: Margin for each bounded step beyond its own budget (thread joins, the last poll).
 _STEP_MARGIN_SECONDS = 2.0
@@ -84,26 +93,12 @@ class IOHandler:
         if with_runner is None:
             with_runner = execution.queues.type == "in_memory"
         self.api = RequestHandler(self.transport, self.store, self.config, self.registry)
-        self.output_loop = ResponseHandler(
-            self.transport, self.store, execution.queues
-        ).consumer_loop(
-            exit_on_shutdown=False,
-            stop_on_shutdown=False,
-            drain_timeout=OUTPUT_DRAIN_SECONDS,
-        )
         #: Queued turns live only in this process: run them before exiting.
         self._local_queue = isinstance(self.transport, InMemoryTransport)
-        self.runner_loop: ConsumerLoop | None = None
+        self.output_loop = self._output_loop()
+        self.runner_loop: ConsumerLoop | InLoopConsumer | None = None
         if with_runner:
-            runner = AgentRunner(
-                self.transport,
-                registry=self.registry,
-                queues=execution.queues,
-                runner=execution.runner,
-            )
-            self.runner_loop = runner.consumer_loop(
-                exit_on_shutdown=False, stop_on_shutdown=not self._local_queue
-            )
+            self.runner_loop = self._runner_loop()
         self.server = uvicorn.Server(
             uvicorn.Config(
                 self.api.build_app(),
@@ -118,6 +113,46 @@ class IOHandler:
         self._stopped = threading.Event()
         self._http_done = threading.Event()
         METRICS.add_collector(self._sample_depth)
+
+    def _output_loop(self) -> ConsumerLoop | InLoopConsumer:
+        execution = self.config.execution
+        on_event_loop = self._local_queue and self.store.nonblocking
+        loop = ResponseHandler(self.transport, self.store, execution.queues).consumer_loop(
+            exit_on_shutdown=False,
+            stop_on_shutdown=False,
+            drain_timeout=OUTPUT_DRAIN_SECONDS,
+            on_event_loop=on_event_loop,
+        )
+        if not on_event_loop:
+            return loop
+        return self._in_loop(loop, QueueName.OUTPUT, OUTPUT_IN_FLIGHT, OUTPUT_DRAIN_SECONDS)
+
+    def _runner_loop(self) -> ConsumerLoop | InLoopConsumer:
+        execution = self.config.execution
+        runner = AgentRunner(
+            self.transport,
+            registry=self.registry,
+            queues=execution.queues,
+            runner=execution.runner,
+        )
+        loop = runner.consumer_loop(exit_on_shutdown=False, stop_on_shutdown=not self._local_queue)
+        if not self._local_queue:
+            return loop
+        settings = execution.runner
+        return self._in_loop(loop, QueueName.INPUT, settings.max_in_flight, settings.drain_timeout)
+
+    def _in_loop(
+        self, loop: ConsumerLoop, queue: QueueName, max_in_flight: int, drain_timeout: float
+    ) -> InLoopConsumer:
+        transport = self.transport
+        assert isinstance(transport, InMemoryTransport)
+        return InLoopConsumer(
+            loop,
+            lambda: transport.create_consumer(queue),
+            max_in_flight=max_in_flight,
+            drain_timeout=drain_timeout,
+            name=str(queue),
+        )
 
     @classmethod
     def run(cls, with_runner: bool | None = None) -> None:
@@ -135,10 +170,10 @@ class IOHandler:
                 self._serve_http, "rest-api", stop_all_on_failure=True, awaited_on_shutdown=False
             ),
             ThreadRunner.Task(self._sequence_shutdown, "shutdown-sequencer"),
-            *self.output_loop.tasks(),
         ]
-        if self.runner_loop is not None:
-            tasks += self.runner_loop.tasks()
+        for loop in (self.output_loop, self.runner_loop):
+            if isinstance(loop, ConsumerLoop):
+                tasks += loop.tasks()
         ThreadRunner.run(
             tasks, exit_on_shutdown=exit_on_shutdown, shutdown_timeout=self.shutdown_budget
         )
@@ -154,9 +189,26 @@ class IOHandler:
 
     def _serve_http(self) -> None:
         try:
-            self.server.run()
+            config = self.server.config
+            get_factory = getattr(config, "get_loop_factory", None)  # absent on older uvicorn
+            if get_factory is None:
+                config.setup_event_loop()
+            with asyncio.Runner(loop_factory=get_factory() if get_factory else None) as runner:
+                runner.run(self._serve_async())
         finally:
             self._http_done.set()
+
+    async def _serve_async(self) -> None:
+        """The HTTP server, with the consumers that run on its event loop."""
+        for loop in (self.output_loop, self.runner_loop):
+            if isinstance(loop, InLoopConsumer):
+                loop.start()
+        stall_warning = self.config.execution.runner.stall_warning
+        if isinstance(self.runner_loop, InLoopConsumer) and stall_warning is not None:
+            StallWatchdog(
+                asyncio.get_running_loop(), threading.current_thread(), stall_warning
+            ).start()
+        await self.server.serve()
 
     def stop(self) -> None:
         """Stop this handler without touching the process-wide shutdown state (tests)."""
@@ -194,7 +246,7 @@ class IOHandler:
             logger.error("the HTTP server did not stop in time")
         close_in_order(self._owned)
 
-    def _drain_runner(self, loop: ConsumerLoop) -> None:
+    def _drain_runner(self, loop: ConsumerLoop | InLoopConsumer) -> None:
         """Stop the embedded runner within ``execution.runner.drain_timeout``.
 
         On the in-memory transport the queued turns die with the process, so they are run

@@ -334,9 +334,12 @@ class RequestHandler:
             attributes[ATTR_USER_ID] = user
         message = turn_message(chat, turn.request_id, attributes)
         timeout = self.config.api.enqueue_timeout
-        send = call(self.transport.nonblocking, self.transport.send, QueueName.INPUT, message)
         try:
-            await asyncio.wait_for(send, timeout)
+            if self.transport.nonblocking:  # returns at once: no task, no timer
+                self.transport.send(QueueName.INPUT, message)
+            else:
+                send = asyncio.to_thread(self.transport.send, QueueName.INPUT, message)
+                await asyncio.wait_for(send, timeout)
         except MessageRejectedError as exc:
             raise HTTPError(413, "MESSAGE_TOO_LARGE", str(exc), session_id=chat.session_id) from exc
         except Exception as exc:
@@ -470,7 +473,8 @@ def _traceparent(request: Request | None) -> str:
     header = "" if request is None else request.headers.get("traceparent", "").strip().lower()
     if _TRACEPARENT.match(header):
         return header
-    return f"00-{secrets.token_hex(16)}-{secrets.token_hex(8)}-01"
+    ids = secrets.token_hex(24)  # trace id and span id from one read of the system's randomness
+    return f"00-{ids[:32]}-{ids[32:]}-01"
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

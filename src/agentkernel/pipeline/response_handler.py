@@ -15,7 +15,13 @@ import json
 import logging
 
 from agentkernel.core.config import AKConfig, QueuesConfig
-from agentkernel.pipeline.consumer import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, QueueConsumer
+from agentkernel.pipeline.blocking import nonblocking_async
+from agentkernel.pipeline.consumer import (
+    DRAIN_TIMEOUT_SECONDS,
+    ConsumerLoop,
+    Handler,
+    QueueConsumer,
+)
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,
@@ -73,6 +79,7 @@ class ResponseHandler(QueueConsumer):
         exit_on_shutdown: bool = True,
         stop_on_shutdown: bool = True,
         drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
+        on_event_loop: bool = False,
     ) -> ConsumerLoop:
         """The :class:`ConsumerLoop` that drives this handler.
 
@@ -80,11 +87,17 @@ class ResponseHandler(QueueConsumer):
             exit_on_shutdown: passed to the loop.
             stop_on_shutdown: passed to the loop.
             drain_timeout: seconds a stopping consumer thread waits for its messages in hand.
+            on_event_loop: handle each message on the loop's event loop instead of a consumer
+                thread (an in-process store, which never blocks; see :mod:`.in_loop`).
         """
         settings = self.queues.output
+        process: Handler = self.process_message
+        failure: Handler = self.on_permanent_failure
+        if on_event_loop:
+            process, failure = nonblocking_async(process), nonblocking_async(failure)
         return ConsumerLoop(
-            process=self.process_message,
-            on_permanent_failure=self.on_permanent_failure,
+            process=process,
+            on_permanent_failure=failure,
             consumer_factory=lambda: self.transport.create_consumer(QueueName.OUTPUT),
             max_receive_count=settings.max_receive_count,
             num_consumers=settings.no_of_consumers,

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from agentkernel.core.errors import StaleSessionError
@@ -90,7 +90,7 @@ class SessionRecord:
         Raises:
             TypeError: the state is not JSON-serialisable.
         """
-        last = None if self.last is None else asdict(self.last)
+        last = None if self.last is None else _outcome_doc(self.last)
         doc = {"state": self.state, "turns": list(self.committed), "last": last}
         optional = {"trial": self.trial, "owner": self.owner}
         return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
@@ -108,6 +108,15 @@ class SessionRecord:
             trial=doc.get("trial"),
             owner=doc.get("owner"),
         )
+
+
+def _outcome_doc(outcome: TurnOutcome) -> dict[str, Any]:
+    # What dataclasses.asdict gives, without its recursive deep copy (once per turn).
+    return {
+        "request_id": outcome.request_id,
+        "status_code": outcome.status_code,
+        "body": outcome.body,
+    }
 
 
 class SessionStore(ABC):

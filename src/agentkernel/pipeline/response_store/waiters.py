@@ -8,6 +8,8 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
+from agentkernel.pipeline.event_loop import resolve_soon
+
 
 class WaiterRegistry:
     """Futures waiting for a request id, each resolved on its own event loop."""
@@ -35,7 +37,7 @@ class WaiterRegistry:
         with self._lock:
             waiters = self._waiters.pop(request_id, [])
         for loop, future in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
+            resolve_soon(loop, future)
 
     def __bool__(self) -> bool:
         with self._lock:
@@ -67,8 +69,3 @@ async def wait_for_record(
             return
         with suppress(TimeoutError):
             await asyncio.wait_for(future, timeout)
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

@@ -6,11 +6,17 @@ back to the head of its group with ``receive_count + 1`` and the old token stops
 ack or nack from the previous holder is a harmless no-op (as a stale SQS receipt handle is).
 Nothing is durable: messages live only as long as the process.
 
+A consumer on an event loop (the embedded topology's in-loop consumers) waits with
+:meth:`InMemoryConsumer.wait_ready` instead of a blocking fetch: the broker wakes it when a message
+becomes ready, with no thread in between.
+
 Time comes from a clock callable so tests can move it (:class:`ManualClock`) instead of sleeping.
 """
 
 from __future__ import annotations
 
+import asyncio
+import heapq
 import itertools
 import threading
 import time
@@ -23,6 +29,7 @@ from typing import ClassVar
 from agentkernel.core.config import InMemoryQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.event_loop import resolve_soon
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
 Clock = Callable[[], float]
@@ -75,6 +82,12 @@ class _Queue:
     leased: dict[str, _Lease] = field(default_factory=dict)
     dedup: dict[str, float] = field(default_factory=dict)
     dedup_order: deque[tuple[float, str]] = field(default_factory=deque)  # by expiry
+    #: (deadline, token, group) of every lease; entries of settled or moved leases are skipped.
+    expiries: list[tuple[float, int, str]] = field(default_factory=list)
+    #: Event-loop consumers waiting for a message: woken on the next notify.
+    waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(
+        default_factory=list
+    )
     consumers: int = 0
 
     def push(self, group: str, entry: _Entry, *, head: bool = False) -> None:
@@ -92,6 +105,38 @@ class _Queue:
         else:
             self.pending.pop(group, None)
 
+    def lease(self, group: str, lease: _Lease) -> None:
+        """Record ``lease`` and when it runs out."""
+        self.leased[group] = lease
+        self.schedule(group, lease)
+
+    def schedule(self, group: str, lease: _Lease) -> None:
+        """Note the lease's (new) deadline; older entries for it become stale."""
+        heapq.heappush(self.expiries, (lease.deadline, lease.token, group))
+        if len(self.expiries) > 2 * len(self.leased) + 64:  # mostly settled leases: compact
+            self.expiries = [(v.deadline, v.token, g) for g, v in self.leased.items()]
+            heapq.heapify(self.expiries)
+
+    def soonest_expiry(self) -> float | None:
+        """The earliest deadline of a live lease, dropping stale entries on the way."""
+        while self.expiries:
+            deadline, token, group = self.expiries[0]
+            lease = self.leased.get(group)
+            if lease is not None and lease.token == token and lease.deadline == deadline:
+                return deadline
+            heapq.heappop(self.expiries)
+        return None
+
+    def notify(self, everyone: bool = False) -> None:
+        """Wake a blocked fetcher (every one with ``everyone``) and every event-loop waiter."""
+        if everyone:
+            self.cond.notify_all()
+        else:
+            self.cond.notify()
+        waiters, self.waiters = self.waiters, []
+        for loop, future in waiters:
+            resolve_soon(loop, future)
+
 
 class _Broker:
     """All queues of one in-memory 'server'."""
@@ -102,6 +147,9 @@ class _Broker:
         self.clock = clock
         self.queues = {name: _Queue() for name in QueueName}
         self._tokens = itertools.count(1)  # next() is atomic under the GIL
+        # Message ids: unique per broker, without a system call for randomness per message.
+        self._id_prefix = uuid.uuid4().hex[:16]
+        self._ids = itertools.count(1)
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
         q = self.queues[queue]
@@ -112,14 +160,14 @@ class _Broker:
             stored = message.model_copy(
                 update={
                     "attributes": dict(message.attributes),
-                    "message_id": uuid.uuid4().hex,
+                    "message_id": f"{self._id_prefix}{next(self._ids):016x}",
                     "receive_count": 1,
                     "native": None,
                 }
             )
             group = message.group_id if message.group_id is not None else f"\0{stored.message_id}"
             q.push(group, _Entry(stored))
-            q.cond.notify()
+            q.notify()
             return stored.message_id
 
     def _is_duplicate(self, q: _Queue, dedup_id: str, now: float) -> bool:
@@ -146,25 +194,46 @@ class _Broker:
                     return []
                 q.cond.wait(min(remaining, self._until_next_expiry(q)))
 
+    async def wait_ready(self, queue: QueueName, wait_seconds: float) -> None:
+        """On an event loop: wait until a fetch may return a message, at most ``wait_seconds``."""
+        q = self.queues[queue]
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[None] = loop.create_future()
+        with q.cond:
+            self._expire_leases(q)
+            if q.ready:
+                return
+            wait_seconds = min(wait_seconds, self._until_next_expiry(q))
+            q.waiters.append((loop, future))
+        timer = loop.call_later(max(wait_seconds, 0.0), resolve_soon, loop, future)
+        try:
+            await future
+        finally:
+            timer.cancel()
+            with q.cond:
+                if (loop, future) in q.waiters:  # woken by the timer, not the broker
+                    q.waiters.remove((loop, future))
+
     def _until_next_expiry(self, q: _Queue) -> float:
-        if not q.leased:
+        soonest = q.soonest_expiry()
+        if soonest is None:
             return 3600.0
-        soonest = min(lease.deadline for lease in q.leased.values())
         return max(soonest - self.clock(), 0.001)
 
     def _expire_leases(self, q: _Queue) -> None:
         now = self.clock()
-        for group, lease in list(q.leased.items()):
-            if lease.deadline <= now:
-                q.release(group)
-                q.push(group, lease.entry, head=True)
+        while (soonest := q.soonest_expiry()) is not None and soonest <= now:
+            _, _, group = heapq.heappop(q.expiries)
+            lease = q.leased[group]
+            q.release(group)
+            q.push(group, lease.entry, head=True)
 
     def _lease(self, q: _Queue) -> QueueMessage:
         group = q.ready.popleft()
         entry = q.pending[group].popleft()
         entry.deliveries += 1
         token = next(self._tokens)
-        q.leased[group] = _Lease(entry, token, self.clock() + self.ack_wait)
+        q.lease(group, _Lease(entry, token, self.clock() + self.ack_wait))
         message = entry.message
         return message.model_copy(
             update={
@@ -187,7 +256,7 @@ class _Broker:
             if requeue:
                 q.push(handle.group, lease.entry, head=True)
             if q.ready:
-                q.cond.notify()
+                q.notify()
 
     def hold(self, message: QueueMessage, seconds: float) -> None:
         """Let the message's lease run out in ``seconds``, then redeliver it (a delayed nack)."""
@@ -199,7 +268,8 @@ class _Broker:
             if lease is not None and lease.token == handle.token:
                 lease.token = next(self._tokens)  # the holder's handle is spent
                 lease.deadline = self.clock() + max(seconds, 0.0)
-                handle.queue.cond.notify_all()  # fetchers recompute their wake-up time
+                handle.queue.schedule(handle.group, lease)
+                handle.queue.notify(everyone=True)  # fetchers recompute their wake-up time
 
     def purge(self, queue: QueueName) -> list[QueueMessage]:
         """Remove and return every message of ``queue``, queued or in flight."""
@@ -210,6 +280,7 @@ class _Broker:
             q.leased.clear()
             q.pending.clear()
             q.ready.clear()
+            q.expiries.clear()
         return [entry.message for entry in entries]
 
     def extend(self, message: QueueMessage) -> None:
@@ -220,6 +291,7 @@ class _Broker:
             lease = handle.queue.leased.get(handle.group)
             if lease is not None and lease.token == handle.token:
                 lease.deadline = self.clock() + self.ack_wait
+                handle.queue.schedule(handle.group, lease)
 
 
 class InMemoryTransport(QueueTransport):
@@ -319,6 +391,13 @@ class InMemoryConsumer(TransportConsumer):
         if self._closed:
             raise TransportClosedError(f"consumer of {self._queue} is closed")
         return self._broker.fetch(self._queue, batch_size, wait_seconds)
+
+    async def wait_ready(self, wait_seconds: float) -> None:
+        """Wait on the running event loop until :meth:`fetch` may return a message.
+
+        Returns when a message is ready, a lease ran out, or after ``wait_seconds``.
+        """
+        await self._broker.wait_ready(self._queue, wait_seconds)
 
     def ack(self, message: QueueMessage) -> None:
         self._broker.settle(message, requeue=False)

@@ -1,0 +1,150 @@
+"""Consume an in-memory queue on the event loop of the process's HTTP server (embedded topology).
+
+With consumer threads, a no-op turn of the embedded topology crosses four threads (HTTP loop ->
+INPUT consumer -> runner loop -> OUTPUT consumer -> HTTP loop), and each crossing costs a wake-up
+and a hand-over of the GIL, more than the turn itself. An :class:`InLoopConsumer` fetches on the
+event loop instead, woken by the broker the moment a message is ready, and runs each message as a
+task there, through the :class:`ConsumerLoop`'s own handling (permanent failure, ack after the
+handler, redelivery with back-off, last-attempt isolation). The broker is unchanged: it still
+leases, dedups and keeps one message per group in flight, so every transport guarantee holds;
+only the threads are gone.
+
+The price is that the turns share the HTTP server's loop: an ``async`` agent that blocks stalls
+the API too (the stall watchdog names it), as it would stall the other turns on a runner's loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import threading
+from collections.abc import Callable
+
+from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.consumer import DRAIN_TIMEOUT_SECONDS, ConsumerLoop
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
+
+logger = logging.getLogger(__name__)
+
+#: Longest wait for a message before the stop flag is looked at again, in seconds.
+WAIT_SLICE_SECONDS = 0.25
+
+
+class InLoopConsumer:
+    """Drives a :class:`ConsumerLoop`'s handling from a task on the running event loop.
+
+    Args:
+        handling: the loop whose ``process`` (``async``) and failure policy handle each message;
+            its threads are not started.
+        consumer_factory: creates the in-memory consumer to fetch from (when started); it is
+            closed when this stops.
+        max_in_flight: messages handled at once.
+        drain_timeout: seconds a stopping consumer waits for the messages in flight; what is
+            still unfinished then is logged and handed back.
+        name: the queue's name, for logs.
+    """
+
+    def __init__(
+        self,
+        handling: ConsumerLoop,
+        consumer_factory: Callable[[], InMemoryConsumer],
+        *,
+        max_in_flight: int,
+        drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
+        name: str = "queue",
+    ) -> None:
+        if max_in_flight < 1:
+            raise ValueError("max_in_flight must be at least 1")
+        self._handling, self._consumer_factory = handling, consumer_factory
+        self._max_in_flight, self._drain_timeout, self._name = max_in_flight, drain_timeout, name
+        self._tasks: dict[asyncio.Future[None], QueueMessage] = {}  # handling in progress
+        self._room: asyncio.Event | None = None
+        self._stop = threading.Event()
+        self._stopped = threading.Event()
+        self._log = RateLimitedLog(logger)
+
+    def start(self) -> asyncio.Task[None]:
+        """Start consuming on the running event loop; returns the fetching task."""
+        return asyncio.get_running_loop().create_task(self._run(), name=f"{self._name}-in-loop")
+
+    def stop(self, drain_timeout: float | None = None) -> None:
+        """Stop fetching (from any thread); the messages in flight get ``drain_timeout`` seconds."""
+        if drain_timeout is not None:
+            self._drain_timeout = max(drain_timeout, 0.0)
+        self._handling.stop(self._drain_timeout)  # ends redelivery holds at once
+        self._stop.set()
+
+    def wait_stopped(self, timeout: float | None = None) -> bool:
+        """Wait up to ``timeout`` seconds until the consumer has drained and closed."""
+        return self._stopped.wait(timeout)
+
+    async def _run(self) -> None:
+        consumer = None
+        try:
+            consumer = self._consumer_factory()
+            await self._fetch_until_stopped(consumer)
+            await self._drain(consumer)
+        except Exception:  # like a crashed consumer thread: drain the process and exit
+            logger.exception("the in-loop consumer of %s crashed", self._name)
+            ThreadRunner.request_shutdown(1)
+        finally:
+            if consumer is not None:
+                consumer.close()
+            self._handling.release_resources()
+            self._stopped.set()
+
+    async def _fetch_until_stopped(self, consumer: InMemoryConsumer) -> None:
+        self._room = asyncio.Event()
+        while not self._stop.is_set():
+            room = self._max_in_flight - len(self._tasks)
+            if room <= 0 or not self._handling.fetch_open():
+                self._room.clear()
+                await _wait(self._room, WAIT_SLICE_SECONDS)
+                continue
+            messages = consumer.fetch(room, 0.0)
+            if not messages:
+                await consumer.wait_ready(WAIT_SLICE_SECONDS)
+            for message in messages:
+                self._start(consumer, message)
+
+    def _start(self, consumer: InMemoryConsumer, message: QueueMessage) -> None:
+        task = asyncio.ensure_future(self._handling.handling(consumer, message))
+        self._tasks[task] = message
+        task.add_done_callback(self._finished)
+
+    def _finished(self, task: asyncio.Future[None]) -> None:
+        self._tasks.pop(task, None)
+        if self._room is not None:
+            self._room.set()
+        if not task.cancelled() and (exc := task.exception()) is not None:
+            self._log.log(
+                logging.ERROR,
+                f"{self._name}:settle:{type(exc).__name__}",
+                "settling a message of %s failed: %r",
+                self._name,
+                exc,
+            )
+
+    async def _drain(self, consumer: InMemoryConsumer) -> None:
+        """Wait (bounded) for the messages in flight; hand back what is still unfinished."""
+        if self._tasks:
+            await asyncio.wait(set(self._tasks), timeout=self._drain_timeout)
+        for task, message in list(self._tasks.items()):
+            logger.warning(
+                "drain of %s timed out after %.1fs: message %s (request %s) is handed back",
+                self._name,
+                self._drain_timeout,
+                message.message_id,
+                message.attributes.get(ATTR_REQUEST_ID, "-"),
+            )
+            self._handling.hand_back(consumer, message)
+            task.cancel()  # its result would no longer count
+        self._log.flush()
+
+
+async def _wait(event: asyncio.Event, seconds: float) -> None:
+    with contextlib.suppress(TimeoutError):
+        await asyncio.wait_for(event.wait(), seconds)

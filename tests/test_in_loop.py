@@ -1,0 +1,224 @@
+"""InLoopConsumer (a ConsumerLoop driven from an event loop) and the broker it relies on."""
+
+from __future__ import annotations
+
+import asyncio
+from collections import defaultdict
+
+import pytest
+
+from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.in_loop import InLoopConsumer
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport, ManualClock
+
+WAIT = 5.0  # bound of every wait in these tests; none is expected to take it
+
+
+def send(transport: InMemoryTransport, body: str, group: str = "g") -> None:
+    transport.send(QueueName.INPUT, QueueMessage(body=body, group_id=group))
+
+
+def in_loop(
+    transport: InMemoryTransport, process, hook=None, max_in_flight: int = 64, **kw
+) -> InLoopConsumer:
+    async def no_hook(message: QueueMessage) -> None:
+        return None
+
+    handling = ConsumerLoop(
+        process=process,
+        on_permanent_failure=hook or no_hook,
+        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
+        exit_on_shutdown=False,
+        retry_backoff=0.01,
+        queue=QueueName.INPUT,
+        **kw,
+    )
+    return InLoopConsumer(
+        handling,
+        lambda: transport.create_consumer(QueueName.INPUT),
+        max_in_flight=max_in_flight,
+        drain_timeout=kw.get("drain_timeout", 2.0),
+        name="input",
+    )
+
+
+async def until(predicate) -> None:
+    async with asyncio.timeout(WAIT):
+        while not predicate():
+            await asyncio.sleep(0.005)
+
+
+async def stopped(consumer: InLoopConsumer, task: asyncio.Task[None]) -> None:
+    consumer.stop()
+    async with asyncio.timeout(WAIT):
+        await task
+    assert consumer.wait_stopped(0)
+
+
+def test_handles_each_message_once_and_acks_it() -> None:
+    transport = InMemoryTransport()
+    seen: list[str] = []
+
+    async def process(message: QueueMessage) -> None:
+        seen.append(message.body)
+
+    async def main() -> None:
+        consumer = in_loop(transport, process)
+        task = consumer.start()
+        for i in range(20):
+            send(transport, str(i), group=f"g{i % 3}")
+        await until(lambda: len(seen) == 20)
+        await until(lambda: transport.in_flight(QueueName.INPUT) == 0)
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert sorted(seen, key=int) == [str(i) for i in range(20)]
+    assert transport.depth(QueueName.INPUT) == 0
+    assert transport.open_consumers(QueueName.INPUT) == 0
+
+
+def test_keeps_one_message_per_group_in_flight_and_the_group_order() -> None:
+    transport = InMemoryTransport()
+    order: dict[str, list[int]] = defaultdict(list)
+    running: dict[str, int] = defaultdict(int)
+    overlap: list[str] = []
+
+    async def process(message: QueueMessage) -> None:
+        group = message.group_id or ""
+        running[group] += 1
+        if running[group] > 1:
+            overlap.append(group)
+        await asyncio.sleep(0)
+        order[group].append(int(message.body))
+        running[group] -= 1
+
+    async def main() -> None:
+        consumer = in_loop(transport, process)
+        task = consumer.start()
+        for i in range(30):
+            send(transport, str(i), group=f"g{i % 2}")
+        await until(lambda: sum(map(len, order.values())) == 30)
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert not overlap
+    assert order["g0"] == list(range(0, 30, 2))
+    assert order["g1"] == list(range(1, 30, 2))
+
+
+def test_never_runs_more_than_max_in_flight() -> None:
+    transport = InMemoryTransport()
+    running, most, done = 0, 0, 0
+
+    async def process(message: QueueMessage) -> None:
+        nonlocal running, most, done
+        running += 1
+        most = max(most, running)
+        await asyncio.sleep(0.01)
+        running -= 1
+        done += 1
+
+    async def main() -> None:
+        consumer = in_loop(transport, process, max_in_flight=3)
+        task = consumer.start()
+        for i in range(12):
+            send(transport, str(i), group=f"g{i}")
+        await until(lambda: done == 12)
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert most == 3
+
+
+def test_a_failure_is_redelivered_then_answered_by_the_permanent_failure_hook() -> None:
+    transport = InMemoryTransport()
+    deliveries: list[int] = []
+    answered: list[int] = []
+
+    async def process(message: QueueMessage) -> None:
+        deliveries.append(message.receive_count)
+        raise RuntimeError("agent down")
+
+    async def hook(message: QueueMessage) -> None:
+        answered.append(message.receive_count)
+
+    async def main() -> None:
+        consumer = in_loop(transport, process, hook, max_receive_count=2)
+        task = consumer.start()
+        send(transport, "x")
+        await until(lambda: answered)
+        await until(lambda: transport.in_flight(QueueName.INPUT) == 0)
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert deliveries == [1, 2]
+    assert answered == [3]
+    assert transport.depth(QueueName.INPUT) == 0
+
+
+def test_stop_hands_back_what_did_not_finish_within_the_drain() -> None:
+    transport = InMemoryTransport()
+    started = asyncio.Event()
+
+    async def process(message: QueueMessage) -> None:
+        started.set()
+        await asyncio.sleep(3600)
+
+    async def main() -> None:
+        consumer = in_loop(transport, process, drain_timeout=0.05)
+        task = consumer.start()
+        send(transport, "stuck")
+        async with asyncio.timeout(WAIT):
+            await started.wait()
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert transport.in_flight(QueueName.INPUT) == 0
+    assert transport.depth(QueueName.INPUT) == 1  # back on the queue for the next consumer
+
+
+def test_wait_ready_wakes_on_a_send_from_another_thread() -> None:
+    transport = InMemoryTransport()
+    consumer = transport.create_consumer(QueueName.INPUT)
+
+    async def main() -> list[QueueMessage]:
+        waiting = asyncio.ensure_future(consumer.wait_ready(WAIT))
+        await asyncio.sleep(0)
+        await asyncio.to_thread(send, transport, "hello")
+        async with asyncio.timeout(WAIT):
+            await waiting
+        return consumer.fetch(10, 0)
+
+    assert [m.body for m in asyncio.run(main())] == ["hello"]
+
+
+def test_wait_ready_returns_for_a_lease_that_ran_out() -> None:
+    clock = ManualClock()
+    transport = InMemoryTransport(ack_wait=5.0, clock=clock)
+    consumer = transport.create_consumer(QueueName.INPUT)
+    send(transport, "m")
+    assert consumer.fetch(1, 0)
+    clock.advance(6.0)
+
+    async def main() -> list[QueueMessage]:
+        async with asyncio.timeout(WAIT):
+            await consumer.wait_ready(3600)
+        return consumer.fetch(1, 0)
+
+    [again] = asyncio.run(main())
+    assert again.receive_count == 2
+
+
+@pytest.mark.parametrize("leases", [1, 200])
+def test_leases_expire_in_deadline_order_whatever_their_number(leases: int) -> None:
+    clock = ManualClock()
+    transport = InMemoryTransport(ack_wait=10.0, clock=clock)
+    consumer = transport.create_consumer(QueueName.INPUT)
+    for i in range(leases):
+        send(transport, str(i), group=f"g{i}")
+        assert consumer.fetch(1, 0)
+        clock.advance(0.01)
+    clock.advance(10.0 - 0.01 * leases + 0.005)  # only the first lease has run out
+    [first] = consumer.fetch(leases, 0)
+    assert first.body == "0" and first.receive_count == 2
