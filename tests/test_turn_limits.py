@@ -15,7 +15,7 @@ from agentkernel import Agent, AgentRegistry
 from agentkernel.core.config import QueuesConfig, RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
-from agentkernel.pipeline.event_loop import LoopThread
+from agentkernel.pipeline.event_loop import LoopThread, StallWatchdog
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from agentkernel.session.in_memory import InMemorySessionStore
 
@@ -126,3 +126,24 @@ def test_a_busy_but_yielding_loop_is_not_reported(caplog: pytest.LogCaptureFixtu
     loop.stop()
     assert caplog.records == []
     assert threading.active_count() < 100
+
+
+def test_a_loop_waiting_for_io_is_not_mistaken_for_a_blocked_one() -> None:
+    # A loop that is late only because the machine did not schedule its thread sits in the
+    # selector's wait: that is not an agent blocking it, so no warning names one.
+    loop = LoopThread("idle-test")
+    blocked = threading.Event()
+
+    async def block() -> None:
+        blocked.set()
+        time.sleep(0.5)
+
+    try:
+        watchdog = StallWatchdog(loop.loop, loop._thread, 0.1)
+        time.sleep(0.1)
+        assert watchdog._idle()
+        loop.loop.call_soon_threadsafe(lambda: asyncio.ensure_future(block()))
+        assert blocked.wait(5)
+        assert not watchdog._idle()
+    finally:
+        loop.stop()

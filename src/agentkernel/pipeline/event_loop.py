@@ -135,6 +135,10 @@ class StallWatchdog:
             except RuntimeError:  # the loop was closed meanwhile
                 return
             if not answered.wait(self._threshold):
+                if self._idle():  # waiting for I/O: the process was not scheduled, not blocked
+                    answered.wait()
+                    time.sleep(self.PROBE_INTERVAL)
+                    continue
                 self._warn(self._culprit())
                 answered.wait()
                 logger.warning(
@@ -143,6 +147,11 @@ class StallWatchdog:
                     time.monotonic() - started,
                 )
             time.sleep(self.PROBE_INTERVAL)
+
+    def _idle(self) -> bool:
+        """Whether the loop thread sits in the selector's wait for I/O (nothing runs on it)."""
+        frame = sys._current_frames().get(self._loop_thread.ident or -1)
+        return frame is not None and frame.f_code.co_filename.endswith("selectors.py")
 
     def _culprit(self) -> tuple[str, str, str]:
         """(agent, request id, code location) of what is running on the loop thread."""
