@@ -182,3 +182,23 @@ def test_a_backend_ttl_never_overrides_the_key_set_here(
         )
     assert config.session.ttl == 60
     assert "session.redis.ttl is ignored: session.ttl is set" in caplog.text
+
+
+def test_valkey_stores_are_read_as_redis(tmp_path: Path, caplog: pytest.LogCaptureFixture) -> None:
+    with caplog.at_level(logging.WARNING, logger="agentkernel.core"):
+        config = load(
+            tmp_path,
+            """
+            execution:
+              response_store:
+                type: valkey
+                valkey: {url: "valkeys://cache:6380/0", prefix: "ak:responses:", ttl: 600}
+            session:
+              type: valkey
+              valkey: {url: "valkey://cache:6379"}
+            """,
+        )
+    store = config.execution.response_store
+    assert (store.type, store.redis.url, store.ttl) == ("redis", "rediss://cache:6380/0", 600)  # type: ignore[union-attr]
+    assert (config.session.type, config.session.redis.url) == ("redis", "redis://cache:6379")  # type: ignore[union-attr]
+    assert "execution.response_store.type: valkey is read as redis" in caplog.text

@@ -29,7 +29,9 @@ block* are absent until a key inside them is set.
 `config.yaml` files written for the upstream agentkernel queue mode load as they are. Keys of
 upstream features this package does not have are ignored with one warning each: {ignored}.
 Upstream keeps some settings in a backend block that live one level up here; they are read there
-(with a warning) unless that key is set too: {moved}.
+(with a warning) unless that key is set too: {moved}. A `valkey` store type and block (response
+store or session) are read as `redis` (Valkey speaks the Redis protocol; `valkey://` URLs become
+`redis://`).
 
 | Key | Type | Default | Description |
 |---|---|---|---|

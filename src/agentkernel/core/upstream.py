@@ -55,8 +55,11 @@ UPSTREAM_MOVED: dict[tuple[str, ...], tuple[str, ...]] = {
 
 def drop_upstream_keys(data: dict[str, Any]) -> dict[str, Any]:
     """A copy of a raw configuration without upstream-only keys, warning once per key found;
-    keys upstream keeps in a backend block that this package keeps one level up are moved."""
+    keys upstream keeps in a backend block that this package keeps one level up are moved, and
+    Valkey stores are read as Redis ones."""
     data = dict(data)
+    for section in (("execution", "response_store"), ("session",)):
+        _valkey_as_redis(data, section)
     for path, target in UPSTREAM_MOVED.items():
         block = _parent(data, path)
         if block is None or path[-1] not in block:
@@ -83,6 +86,30 @@ def drop_upstream_keys(data: dict[str, Any]) -> dict[str, Any]:
                 purpose,
             )
     return data
+
+
+def _valkey_as_redis(data: dict[str, Any], section: tuple[str, ...]) -> None:
+    """Upstream's ``valkey`` store type and block: Valkey speaks the Redis protocol, so they are
+    read as ``redis`` (``valkey://`` URLs as ``redis://``)."""
+    block = _parent(data, (*section, "type"))
+    if block is None or (block.get("type") != "valkey" and "valkey" not in block):
+        return
+    block = _copy_path(data, section)
+    name = ".".join(section)
+    if block.get("type") == "valkey":
+        block["type"] = "redis"
+        logger.warning("config key %s.type: valkey is read as redis", name)
+    if "valkey" in block:
+        valkey = block.pop("valkey")
+        if "redis" in block or not isinstance(valkey, dict):
+            logger.warning("config key %s.valkey is ignored: %s.redis is set", name, name)
+            return
+        url = str(valkey.get("url", ""))
+        for scheme, redis_scheme in (("valkeys://", "rediss://"), ("valkey://", "redis://")):
+            if url.startswith(scheme):
+                valkey = valkey | {"url": redis_scheme + url.removeprefix(scheme)}
+        block["redis"] = valkey
+        logger.warning("config key %s.valkey is read as %s.redis", name, name)
 
 
 def _parent(data: dict[str, Any], path: tuple[str, ...]) -> dict[str, Any] | None:
