@@ -198,7 +198,8 @@ class ConsumerLoop:
     """Run ``num_consumers`` threads that fetch from one queue and handle each message.
 
     Args:
-        process: handles one message; sync or ``async``. Raising nacks the message.
+        process: handles one message; sync or ``async``. Raising nacks the message; raising
+            ``StoreUnavailableError`` calls it again in place instead (the hook below too).
         on_permanent_failure: runs for a message delivered more than ``max_receive_count``
             times, before it is dead-lettered; sync or ``async``. Raising leaves it queued.
         consumer_factory: creates one transport consumer per thread.
