@@ -11,7 +11,13 @@ from collections import defaultdict
 
 import pytest
 
-from agentkernel.core.errors import AKConfigError, TransportError
+from agentkernel.core.errors import (
+    AKConfigError,
+    SessionStoreUnavailableError,
+    StoreUnavailableError,
+    TransportError,
+)
+from agentkernel.pipeline import outage
 from agentkernel.pipeline.consumer import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
@@ -540,3 +546,73 @@ def test_retry_delay_doubles_per_delivery_up_to_the_cap() -> None:
     delays = [redelivery.delay(QueueMessage(receive_count=n)) for n in range(1, 10)]
     assert delays == [0.5, 1.0, 2.0, 4.0, 8.0, 16.0, 30.0, 30.0, 30.0]
     assert redelivery.delay(QueueMessage(receive_count=10_000)) == 30.0  # no overflow
+
+
+@pytest.fixture
+def quick_outage_retries(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(outage, "OUTAGE_RETRY_SECONDS", 0.01)
+    monkeypatch.setattr(outage, "MAX_OUTAGE_RETRY_SECONDS", 0.02)
+
+
+@pytest.mark.usefixtures("quick_outage_retries")
+@pytest.mark.parametrize("is_async", [False, True], ids=["sync", "async"])
+def test_a_store_outage_does_not_spend_deliveries(is_async: bool) -> None:
+    """More failed tries than ``max_receive_count``, all on the first delivery, then it works."""
+    transport = InMemoryTransport()
+    tries: list[int] = []
+    failed: list[int] = []
+
+    def process(m: QueueMessage) -> None:
+        tries.append(m.receive_count)
+        if len(tries) <= 6:
+            raise SessionStoreUnavailableError("Redis read of session g failed: refused")
+
+    async def aprocess(m: QueueMessage) -> None:
+        process(m)
+
+    send(transport, "turn")
+    loop = make_loop(transport, aprocess if is_async else process, lambda m: failed.append(1))
+    with Runner(loop):
+        wait_until(lambda: len(tries) == 7)
+        wait_until(lambda: transport.in_flight(QueueName.INPUT) == 0)
+    assert tries == [1] * 7
+    assert failed == []
+    assert transport.depth(QueueName.INPUT) == 0
+
+
+@pytest.mark.usefixtures("quick_outage_retries")
+def test_the_permanent_failure_hook_waits_out_a_store_outage_on_its_delivery() -> None:
+    """On SQS the next receive would move the message to the DLQ with its caller unanswered."""
+    transport = InMemoryTransport()
+    hooked: list[int] = []
+
+    def hook(m: QueueMessage) -> None:
+        hooked.append(m.receive_count)
+        if len(hooked) <= 4:
+            raise StoreUnavailableError("Redis write failed: refused")
+
+    send(transport, "turn")
+    with Runner(make_loop(transport, lambda m: 1 / 0, hook, max_receive_count=1)):
+        wait_until(lambda: len(hooked) == 5)
+        wait_until(lambda: transport.in_flight(QueueName.INPUT) == 0)
+    assert hooked == [2] * 5
+    assert transport.depth(QueueName.INPUT) == 0
+
+
+def test_a_stopping_loop_hands_back_a_message_waiting_out_an_outage() -> None:
+    transport = InMemoryTransport()
+    tries: list[int] = []
+
+    async def process(m: QueueMessage) -> None:
+        tries.append(m.receive_count)
+        raise StoreUnavailableError("Redis write failed: refused")
+
+    send(transport, "turn")
+    runner = Runner(make_loop(transport, process, drain_timeout=5.0))
+    with runner:
+        wait_until(lambda: tries == [1])
+        started = time.monotonic()
+    assert time.monotonic() - started < 2.0  # the 0.5 s wait ends at once on stop
+    assert tries == [1]
+    (again,) = transport.create_consumer(QueueName.INPUT).fetch(1, 1.0)
+    assert again.receive_count == 2

@@ -187,10 +187,10 @@ async def _post(client: httpx.AsyncClient, turn: Turn) -> tuple[str, dict[str, A
     headers = {"Idempotency-Key": f"turn-{turn.index}", "Connection": "close"}
     try:
         response = await client.post("/api/v1/chat", json=body, headers=headers)
-    except (httpx.RemoteProtocolError, httpx.ReadError):
-        return "cut", {}
+    except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
+        return "cut", {}  # the server took the connection, then dropped it unanswered
     except httpx.HTTPError:
-        return "retry", {}
+        return "retry", {}  # refused (a stopped server or none yet) or timed out
     return classify(response)
 
 

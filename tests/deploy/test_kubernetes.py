@@ -105,6 +105,7 @@ def test_termination_grace_exceeds_the_drain(overlay: str, tmp_path) -> None:
         + fetch_wait_seconds(cfg)
         + io_handler.OUTPUT_DRAIN_SECONDS
         + io_handler.HTTP_DRAIN_SECONDS
+        + io_handler.LISTENER_DRAIN_SECONDS
     )
     assert io["terminationGracePeriodSeconds"] > io_drain
 

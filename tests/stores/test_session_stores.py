@@ -8,8 +8,14 @@ import uuid
 import pytest
 
 from agentkernel.core.config import SessionConfig
-from agentkernel.core.errors import AKConfigError, SessionStoreError
+from agentkernel.core.errors import (
+    AKConfigError,
+    SessionStoreError,
+    SessionStoreUnavailableError,
+    StoreUnavailableError,
+)
 from agentkernel.session import SessionStore, create_session_store
+from agentkernel.session.base import SessionRecord
 from agentkernel.session.dynamodb import DynamoDBSessionStore
 from agentkernel.session.in_memory import InMemorySessionStore
 from agentkernel.session.redis import RedisSessionStore
@@ -69,3 +75,13 @@ def test_unreachable_redis_raises_session_store_errors() -> None:
         store.read("s")
     with pytest.raises(SessionStoreError):
         store.ping()
+
+
+def test_unreachable_redis_is_an_outage_worth_waiting_out() -> None:
+    """The consumer loop retries a message in place, keeping its deliveries, on this error."""
+    store = RedisSessionStore("redis://127.0.0.1:1/0")
+    with pytest.raises(SessionStoreUnavailableError) as read:
+        store.read("s")
+    assert isinstance(read.value, StoreUnavailableError)
+    with pytest.raises(SessionStoreUnavailableError):
+        store.write("s", SessionRecord(), expected_version=0)

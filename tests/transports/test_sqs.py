@@ -137,3 +137,23 @@ class TestSQSLeases:
         assert (
             SQSTransport.from_config(queue_own).create_consumer(QueueName.INPUT).lease_seconds == 2
         )
+
+    def test_a_delayed_nack_rounds_a_fraction_up_not_down_to_zero(self) -> None:
+        transport = fresh_transport(visibility=30)
+        transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+        consumer = transport.create_consumer(QueueName.INPUT)
+        (first,) = consumer.fetch(1, 1)
+        assert consumer.nack_later(first, 0.4) is True
+        assert consumer.fetch(1, 0) == []  # 0.4 s truncated to 0 would show it at once
+        time.sleep(1.3)
+        assert [m.receive_count for m in consumer.fetch(1, 1)] == [2]
+
+    def test_a_delayed_nack_past_twelve_hours_is_capped_not_refused(self) -> None:
+        transport = fresh_transport(visibility=2)
+        transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+        consumer = transport.create_consumer(QueueName.INPUT)
+        (first,) = consumer.fetch(1, 1)
+        time.sleep(1.1)  # SQS counts its 12 hours from the receive: 43200 s now is refused
+        assert consumer.nack_later(first, 50_000.0) is True
+        time.sleep(1.5)  # past the 2 s lease of the receive: the capped delay still holds it
+        assert consumer.fetch(1, 0) == []

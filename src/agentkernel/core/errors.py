@@ -7,7 +7,8 @@
      |    +-- MessageRejectedError      the message breaks a broker limit (size, attributes)
      +-- ResponseStoreError       the response or session store failed
      |    +-- SessionStoreError         the session store failed
-     |         +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
+     |    |    +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
+     |    |    +-- SessionStoreUnavailableError   (also a StoreUnavailableError)
      |    +-- StoreUnavailableError     the store could not be reached; retry later
      +-- AgentNotFoundError       no agent with the requested name is registered
      +-- RetryableError           raised by an agent: run this turn again later
@@ -65,3 +66,7 @@ class RetryableError(AgentKernelError):
 
 class StoreUnavailableError(ResponseStoreError):
     """The response store could not be reached or did not answer in time; worth retrying."""
+
+
+class SessionStoreUnavailableError(SessionStoreError, StoreUnavailableError):
+    """The session store could not be reached or did not answer in time; worth retrying."""

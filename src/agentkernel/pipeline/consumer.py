@@ -10,8 +10,10 @@ A fetch may return several messages of one group (SQS FIFO batches do); the loop
 each only after the previous one of its group has been settled.
 
 Failures cost little: a failed message is handed back after a delay that doubles with each
-delivery (see :mod:`agentkernel.pipeline.redelivery`), repeated failures are logged once per
-interval with a count, and a consumer that cannot be created is created again with back-off.
+delivery (see :mod:`agentkernel.pipeline.redelivery`), one that failed because a store is
+unreachable is tried again in place without spending a delivery (see
+:mod:`agentkernel.pipeline.outage`), repeated failures are logged once per interval with a
+count, and a consumer that cannot be created is created again with back-off.
 Every shutdown wait is bounded by ``drain_timeout``; what is still unfinished then is logged by
 request id and handed back to the broker.
 """
@@ -21,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
+import itertools
 import logging
 import threading
 import time
@@ -36,6 +39,7 @@ from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueNa
 from agentkernel.pipeline.event_loop import LoopThread
 from agentkernel.pipeline.lease import LeaseKeeper
 from agentkernel.pipeline.metrics import METRICS
+from agentkernel.pipeline.outage import OutageRetry
 from agentkernel.pipeline.redelivery import (
     MAX_RETRY_BACKOFF_SECONDS,
     RETRY_BACKOFF_SECONDS,
@@ -200,7 +204,8 @@ class ConsumerLoop:
     """Run ``num_consumers`` threads that fetch from one queue and handle each message.
 
     Args:
-        process: handles one message; sync or ``async``. Raising nacks the message.
+        process: handles one message; sync or ``async``. Raising nacks the message; raising
+            ``StoreUnavailableError`` calls it again in place instead (the hook below too).
         on_permanent_failure: runs for a message delivered more than ``max_receive_count``
             times, before it is dead-lettered; sync or ``async``. Raising leaves it queued.
         consumer_factory: creates one transport consumer per thread.
@@ -290,6 +295,7 @@ class ConsumerLoop:
             release=self._untrack,
             log=self._log,
         )
+        self._outage = OutageRetry(self._queue, stopping=self.stopping, log=self._log)
 
     # -- lifecycle -------------------------------------------------------------------------
 
@@ -591,7 +597,7 @@ class ConsumerLoop:
                 self._untrack(message)
                 consumer.dead_letter(message)
             else:
-                self._process(message)
+                self._call(self._process, message)
                 self._untrack(message)
                 consumer.ack(message)
         except Exception as exc:
@@ -619,11 +625,17 @@ class ConsumerLoop:
             self._log_failure(message, exc)
             await self._redelivery.give_back_async(consumer, message)
 
-    @staticmethod
-    def _call(fn: Handler, message: QueueMessage) -> None:
-        result = fn(message)
-        if inspect.isawaitable(result):
-            asyncio.run(_await(result))
+    def _call(self, fn: Handler, message: QueueMessage) -> None:
+        """Call ``fn`` on this thread; tried again in place while a store is down."""
+        for attempt in itertools.count():
+            try:
+                result = fn(message)
+                if inspect.isawaitable(result):
+                    asyncio.run(_await(result))
+                return
+            except Exception as exc:
+                if not self._outage.wait(message, exc, attempt):
+                    raise
 
     def _is_async(self, fn: Handler) -> bool:
         """Whether ``fn`` is async, known from construction for the two handlers (no inspect)."""
@@ -633,12 +645,18 @@ class ConsumerLoop:
             return self._async_failure
         return is_async_callable(fn)
 
-    @staticmethod
-    async def _acall(fn: Handler, message: QueueMessage, is_async: bool) -> None:
-        if is_async:
-            await fn(message)
-        else:
-            await asyncio.to_thread(fn, message)
+    async def _acall(self, fn: Handler, message: QueueMessage, is_async: bool) -> None:
+        """Await ``fn`` (a sync one on a worker thread); tried again while a store is down."""
+        for attempt in itertools.count():
+            try:
+                if is_async:
+                    await fn(message)
+                else:
+                    await asyncio.to_thread(fn, message)
+                return
+            except Exception as exc:
+                if not await self._outage.wait_async(message, exc, attempt):
+                    raise
 
     def _track(self, consumer: TransportConsumer, message: QueueMessage) -> None:
         if self._leases is not None:

@@ -11,8 +11,11 @@ Shutdown (SIGTERM/SIGINT) is ordered so nothing in hand is lost and every wait i
    ``api.shutdown_timeout`` seconds; the requests still waiting then are answered 503 with their
    ``request_id`` and a ``Location`` to poll, never a dropped connection;
 4. the response handler stops, the HTTP server finishes the responses it is writing (at most
-   ``HTTP_DRAIN_SECONDS``) and stops, the clients this handler created are closed (transport,
-   then response store), and the process exits 0.
+   ``HTTP_DRAIN_SECONDS``), takes no new connection (on Linux a connection request then meets
+   a closed port when the client sends it again and is refused; one the kernel had already
+   queued is still answered, not reset: see :mod:`agentkernel.pipeline.http.listener`) and
+   stops; the clients this handler created are closed (transport, then response store), and the
+   process exits 0.
 
 On the in-memory transport the runner and the response handler consume on the HTTP server's
 event loop (:mod:`agentkernel.pipeline.in_loop`) rather than on consumer threads, so a turn
@@ -35,6 +38,7 @@ from agentkernel.pipeline.agent_runner import AgentRunner, error_doc
 from agentkernel.pipeline.consumer import ConsumerLoop
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from agentkernel.pipeline.event_loop import StallWatchdog
+from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections
 from agentkernel.pipeline.in_loop import InLoopConsumer
 from agentkernel.pipeline.metrics import METRICS
 from agentkernel.pipeline.request_handler import RequestHandler
@@ -54,6 +58,10 @@ OUTPUT_DRAIN_SECONDS = 2.0
 #: Replies stored at once by an in-loop response handler (each is a dict write).
 OUTPUT_IN_FLIGHT = 256
 HTTP_DRAIN_SECONDS = 5.0
+#: Longest wait for the connections the kernel queued before new ones were refused, in seconds.
+LISTENER_DRAIN_SECONDS = 1.0
+#: Time for the requests of the connections accepted last to arrive, in seconds.
+LAST_REQUEST_SECONDS = 0.2
 #: Margin for each bounded step beyond its own budget (thread joins, the last poll).
 _STEP_MARGIN_SECONDS = 2.0
 
@@ -184,7 +192,8 @@ class IOHandler:
         """Longest time from SIGTERM to exit, in seconds: the sum of every step's bound."""
         runner = self.config.execution.runner.drain_timeout if self.runner_loop else 0.0
         steps = [runner, OUTPUT_DRAIN_SECONDS, self.config.api.shutdown_timeout]
-        steps += [OUTPUT_DRAIN_SECONDS, HTTP_DRAIN_SECONDS, HTTP_DRAIN_SECONDS]
+        steps += [OUTPUT_DRAIN_SECONDS, HTTP_DRAIN_SECONDS, LISTENER_DRAIN_SECONDS]
+        steps += [HTTP_DRAIN_SECONDS]
         return sum(steps) + len(steps) * _STEP_MARGIN_SECONDS
 
     def _serve_http(self) -> None:
@@ -241,10 +250,27 @@ class IOHandler:
         if not self.output_loop.wait_stopped(OUTPUT_DRAIN_SECONDS + _STEP_MARGIN_SECONDS):
             logger.error("the response handler did not stop in time")
         _wait_until(lambda: not self.server.server_state.tasks, HTTP_DRAIN_SECONDS)
+        self._stop_accepting()
         self.server.should_exit = True
         if not self._http_done.wait(HTTP_DRAIN_SECONDS + _STEP_MARGIN_SECONDS):
             logger.error("the HTTP server did not stop in time")
         close_in_order(self._owned)
+
+    def _stop_accepting(self) -> None:
+        """Refuse new connections, then answer those the kernel had queued before that.
+
+        uvicorn closes its listening socket on exit, which resets every connection still
+        queued there (its request sent, never answered), and closes the connections whose
+        request it has not read yet.
+        """
+        listeners = [sock for server in self.server.servers for sock in server.sockets]
+        if not all([refuse_new_connections(sock) for sock in listeners]):
+            return
+        _wait_until(
+            lambda: not any(accept_backlog(sock) for sock in listeners), LISTENER_DRAIN_SECONDS
+        )
+        time.sleep(LAST_REQUEST_SECONDS)
+        _wait_until(lambda: not self.server.server_state.tasks, HTTP_DRAIN_SECONDS)
 
     def _drain_runner(self, loop: ConsumerLoop | InLoopConsumer) -> None:
         """Stop the embedded runner within ``execution.runner.drain_timeout``.

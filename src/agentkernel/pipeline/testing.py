@@ -62,6 +62,11 @@ class QueueTransportContract:
     #: A consumer already waiting in ``fetch`` when a group's first message is taken by another
     #: consumer does not receive that group's next message while the first is in flight.
     waiting_consumer_respects_group_lock: ClassVar[bool] = True
+    #: ``nack_later`` has the broker redeliver a message after the delay given (instead of the
+    #: consumer loop keeping it, and its lease, for that time).
+    delayed_nack: ClassVar[bool] = True
+    #: Delay asked of ``nack_later`` by its case, in seconds (whole: SQS takes no less).
+    nack_delay: ClassVar[float] = 2.0
 
     #: Cases that only apply when a capability is declared.
     _CASES_NEEDING: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -76,6 +81,7 @@ class QueueTransportContract:
         "waiting_consumer_respects_group_lock": (
             "test_a_consumer_waiting_in_fetch_respects_the_group_lock",
         ),
+        "delayed_nack": ("test_nack_later_redelivers_after_the_delay",),
     }
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -243,6 +249,15 @@ class QueueTransportContract:
         consumer.nack(self.fetch_one(consumer))
         again = self.fetch_one(consumer)
         assert (again.body, again.receive_count) == ("retry-me", 2)
+
+    def test_nack_later_redelivers_after_the_delay(self, transport: QueueTransport) -> None:
+        transport.send(QueueName.INPUT, self.msg("later"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        assert consumer.nack_later(self.fetch_one(consumer), self.nack_delay) is True
+        self.assert_empty(consumer)  # not at once
+        self.advance(self.nack_delay)
+        again = self.fetch_one(consumer)
+        assert (again.body, again.receive_count) == ("later", 2)
 
     def test_receive_count_is_exact_over_several_deliveries(
         self, transport: QueueTransport

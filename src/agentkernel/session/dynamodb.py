@@ -8,9 +8,14 @@ import math
 import time
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError
+from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
+from botocore.exceptions import ConnectionError as EndpointError
 
-from agentkernel.core.errors import SessionStoreError, StaleSessionError
+from agentkernel.core.errors import (
+    SessionStoreError,
+    SessionStoreUnavailableError,
+    StaleSessionError,
+)
 from agentkernel.session.base import SessionRecord, SessionStore
 
 _ERRORS = (BotoCoreError, ClientError)
@@ -36,7 +41,7 @@ class DynamoDBSessionStore(SessionStore):
                 TableName=self._table, Key={"session_id": {"S": session_id}}, ConsistentRead=True
             ).get("Item")
         except _ERRORS as exc:
-            raise SessionStoreError(f"DynamoDB read of session {session_id}: {exc}") from exc
+            raise _mapped(exc, f"DynamoDB read of session {session_id}") from exc
         if item is None:
             return SessionRecord()
         version = int(item["v"]["N"])
@@ -68,12 +73,19 @@ class DynamoDBSessionStore(SessionStore):
                 raise StaleSessionError(
                     f"session {session_id} changed since version {expected_version}"
                 ) from exc
-            raise SessionStoreError(f"DynamoDB write of session {session_id}: {exc}") from exc
+            raise _mapped(exc, f"DynamoDB write of session {session_id}") from exc
         except BotoCoreError as exc:
-            raise SessionStoreError(f"DynamoDB write of session {session_id}: {exc}") from exc
+            raise _mapped(exc, f"DynamoDB write of session {session_id}") from exc
 
     def ping(self) -> None:
         try:
             self._client.describe_table(TableName=self._table)
         except _ERRORS as exc:
-            raise SessionStoreError(f"DynamoDB session table unreachable: {exc}") from exc
+            raise _mapped(exc, "DynamoDB session table unreachable") from exc
+
+
+def _mapped(exc: Exception, what: str) -> SessionStoreError:
+    """An endpoint that cannot be reached, or a lost connection, is worth retrying."""
+    unreachable = isinstance(exc, (EndpointError, HTTPClientError))
+    kind = SessionStoreUnavailableError if unreachable else SessionStoreError
+    return kind(f"{what}: {exc}")

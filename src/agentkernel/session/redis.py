@@ -8,7 +8,11 @@ from __future__ import annotations
 
 import redis
 
-from agentkernel.core.errors import SessionStoreError, StaleSessionError
+from agentkernel.core.errors import (
+    SessionStoreError,
+    SessionStoreUnavailableError,
+    StaleSessionError,
+)
 from agentkernel.session.base import SessionRecord, SessionStore
 
 # Returns -1 when written, else the version found (the caller's read is stale).
@@ -37,7 +41,7 @@ class RedisSessionStore(SessionStore):
         try:
             version, doc = self._redis.hmget(self._key(session_id), ["v", "doc"])
         except redis.RedisError as exc:
-            raise SessionStoreError(f"Redis read of session {session_id} failed: {exc}") from exc
+            raise _mapped(exc, f"Redis read of session {session_id} failed") from exc
         if doc is None:
             return SessionRecord()
         return SessionRecord.decode(doc, int(version or 0))
@@ -48,7 +52,7 @@ class RedisSessionStore(SessionStore):
         try:
             found = int(self._cas(keys=[self._key(session_id)], args=args))
         except redis.RedisError as exc:
-            raise SessionStoreError(f"Redis write of session {session_id} failed: {exc}") from exc
+            raise _mapped(exc, f"Redis write of session {session_id} failed") from exc
         if found != -1:
             raise StaleSessionError(
                 f"session {session_id} is at version {found}, not {expected_version}"
@@ -58,4 +62,11 @@ class RedisSessionStore(SessionStore):
         try:
             self._redis.ping()
         except redis.RedisError as exc:
-            raise SessionStoreError(f"Redis session store unreachable: {exc}") from exc
+            raise _mapped(exc, "Redis session store unreachable") from exc
+
+
+def _mapped(exc: redis.RedisError, what: str) -> SessionStoreError:
+    """A lost or refused connection, or a timeout, is worth retrying; anything else is not."""
+    unreachable = isinstance(exc, (redis.ConnectionError, redis.TimeoutError))
+    kind = SessionStoreUnavailableError if unreachable else SessionStoreError
+    return kind(f"{what}: {exc}")

@@ -578,6 +578,11 @@ class KafkaConsumer(TransportConsumer):
         backoff = self._transport.settings.retry_backoff
         self._settle_entry(message.native, "ready", time.monotonic() + backoff)
 
+    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
+        """Serve the record again (first of its session) once the delay has passed."""
+        self._settle_entry(message.native, "ready", time.monotonic() + delay_seconds)
+        return True
+
     def dead_letter(self, message: QueueMessage) -> None:
         """Copy the record to ``<topic><dlq_suffix>`` with an ``ak-error`` header, then commit."""
         record = message.native.record

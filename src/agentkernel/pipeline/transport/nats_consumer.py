@@ -241,6 +241,11 @@ class NatsConsumer(TransportConsumer):
         delay = self._settings.retry_backoff or None
         self._transport.run(message.native.nak(delay=delay))
 
+    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
+        """``nak`` with the delay: JetStream redelivers the message after it."""
+        self._transport.run(message.native.nak(delay=delay_seconds))
+        return True
+
     def dead_letter(self, message: QueueMessage) -> None:
         """Terminate redelivery of the message."""
         self._transport.run(message.native.term())

@@ -219,6 +219,7 @@ class SQSConsumer(TransportConsumer):
         self._lease = float(self._override) if self._override is not None else queue_lease
         self._has_redrive = bool(attrs.get("RedrivePolicy"))
         self._client = _client(transport.region_name, transport.endpoint_url)
+        self._received: dict[str, float] = {}  # receipt handle -> when it was received
         self._closed = False
 
     @property
@@ -246,6 +247,8 @@ class SQSConsumer(TransportConsumer):
         except _BOTO_ERRORS as exc:
             raise _map_error(exc, self._url) from exc
         messages = [self._decode(raw) for raw in reply.get("Messages", [])]
+        now = time.monotonic()
+        self._received.update((m.native, now) for m in messages)
         if not messages and kwargs["WaitTimeSeconds"] == 0 and wait_seconds > 0:
             time.sleep(min(wait_seconds, SHORT_POLL_IDLE_SECONDS))  # short polls must not spin
         return messages
@@ -264,12 +267,28 @@ class SQSConsumer(TransportConsumer):
         )
 
     def ack(self, message: QueueMessage) -> None:
+        self._received.pop(message.native, None)
         self._call("delete_message", message, ReceiptHandle=message.native)
 
     def nack(self, message: QueueMessage) -> None:
+        self._received.pop(message.native, None)
         self._call(
             "change_message_visibility", message, ReceiptHandle=message.native, VisibilityTimeout=0
         )
+
+    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
+        """Hide the message for the delay: its visibility timeout, rounded up to whole seconds
+        (never sooner than asked), capped at what is left of the 12 hours SQS allows from the
+        receive (it refuses a longer one)."""
+        received = self._received.pop(message.native, time.monotonic())
+        left = MAX_VISIBILITY_SECONDS - math.ceil(time.monotonic() - received)
+        self._call(
+            "change_message_visibility",
+            message,
+            ReceiptHandle=message.native,
+            VisibilityTimeout=max(min(lease_param(delay_seconds), left), 0),
+        )
+        return True
 
     def extend_lease(self, message: QueueMessage) -> None:
         self._call(
