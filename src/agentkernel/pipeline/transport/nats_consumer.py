@@ -182,6 +182,8 @@ class NatsConsumer(TransportConsumer):
             self._learn(pull.latencies)
             if before and len(self._held) == before:
                 return  # a wave found nothing more: the partitions left are likely empty too
+            if self._held and pull.open:
+                return  # busy partitions' probes are open: each more wave adds more of them
 
     def _probed(self, pull: _Pull, wave: list[int], demand: int) -> bool:
         return pull.answered.issuperset(wave) or len(self._held) >= demand
