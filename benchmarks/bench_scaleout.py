@@ -326,14 +326,16 @@ ROLES = ("io", "runners", "broker", "redis", "client")
 
 def report(rows: list[dict]) -> None:
     print("| broker | runners | turns/s | p50 ms | p99 ms | errors | CPU % of one core: "
-          "IO / runners / broker / Redis / client | machine busy % | load 1 min |")  # fmt: skip
-    print("|---|---|---|---|---|---|---|---|---|")
+          "IO / runners / broker / Redis / client | ours, % of one core | machine busy % | "
+          "load 1 min | slowest turn open at the end, ms |")  # fmt: skip
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         share = " / ".join(f"{100 * r['cpu'][k] / r['seconds']:.0f}" for k in ROLES)
+        ours = 100 * sum(r["cpu"].values()) / r["seconds"]
         print(
             f"| {r['broker']} | {r['runners']} | {r['turns'] / r['seconds']:,.0f} | "
-            f"{r['p50']:.0f} | {r['p99']:.0f} | {r['errors']} | {share} | {r['machine']:.0f} | "
-            f"{r['load'][0]:.2f} -> {r['load'][1]:.2f} |"
+            f"{r['p50']:.0f} | {r['p99']:.0f} | {r['errors']} | {share} | {ours:.0f} | "
+            f"{r['machine']:.0f} | {r['load'][0]:.2f} -> {r['load'][1]:.2f} | {r['late']:.0f} |"
         )
     print("\nCPU per turn, ms (process CPU seconds / turns answered):\n")
     print("| broker | runners | IO | runners | broker | Redis | client | total |")
