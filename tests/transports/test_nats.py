@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import threading
 import time
@@ -214,6 +215,56 @@ def test_a_message_given_back_still_reaches_the_permanent_failure_hook(nats_url:
         thread.join(10)
     assert answered == [4]
     assert transport.depth(QueueName.INPUT) == 0
+
+
+def test_a_runner_at_max_in_flight_leaves_other_partitions_to_other_replicas(nats_url: str) -> None:
+    """A replica that stopped fetching reserves nothing beyond the turns it runs: another one
+    takes every other partition's messages at once (with a 30 s ack_wait, a reserved message
+    would stay out of its reach for the whole test)."""
+    transport = NatsTransport(settings(nats_url, ack_wait=30.0))
+    groups = distinct_partition_groups(4, partitions=4)
+    release, running = threading.Event(), []
+
+    async def turn(message: QueueMessage) -> None:
+        running.append(message.body)
+        while not release.is_set():
+            await asyncio.sleep(0.02)
+
+    saturated = ConsumerLoop(
+        process=turn,
+        on_permanent_failure=lambda m: None,
+        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
+        max_in_flight=1,
+        wait_seconds=0.2,
+        exit_on_shutdown=False,
+        stop_on_shutdown=False,
+    )
+    transport.send(QueueName.INPUT, QueueMessage(body="running", group_id=groups[0]))
+    thread = threading.Thread(target=saturated.run, daemon=True)
+    thread.start()
+    other = transport.create_consumer(QueueName.INPUT)
+    try:
+        deadline = time.monotonic() + 10
+        while not running and time.monotonic() < deadline:
+            time.sleep(0.02)
+        for group in groups:
+            for i in range(2):
+                transport.send(QueueName.INPUT, QueueMessage(body=f"{group}-{i}", group_id=group))
+        got: list[QueueMessage] = []
+        deadline = time.monotonic() + 15
+        while len(got) < 6 and time.monotonic() < deadline:
+            for message in other.fetch(6 - len(got), 0.5):
+                got.append(message)
+                other.ack(message)
+        expected = sorted(f"{group}-{i}" for group in groups[1:] for i in range(2))
+        assert sorted(m.body for m in got) == expected
+        assert {m.receive_count for m in got} == {1}
+        assert running == ["running"]
+    finally:
+        release.set()
+        saturated.stop()
+        thread.join(10)
+        other.close()
 
 
 def fetch_all(consumer: TransportConsumer, n: int, timeout: float) -> list[QueueMessage]:

@@ -40,6 +40,7 @@ INITIAL_ANSWER_SECONDS = 0.002
 #: given back (at most a third of ``ack_wait``).
 HOLD_SECONDS = 2.0
 REFRESH_AFTER_SECONDS = 1.0
+NO_WAIT_PROBE = json.dumps({"batch": 1, "no_wait": True}).encode()
 CLIENT_ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
 
 
@@ -61,7 +62,12 @@ class NatsConsumer(TransportConsumer):
     unsubscribed when the fetch ends: JetStream then skips the requests still open, without
     counting a delivery. A message that arrived in that last round trip is kept for the next
     fetch (with its lease restarted); if no fetch takes it within a few seconds, or the consumer
-    closes, it is given back with ``nak``, which JetStream counts as a delivery.
+    closes, it is given back with ``nak``, which JetStream counts as a delivery. When every
+    request of a fetch was answered, nothing is left open and the next fetch reuses the inbox.
+
+    ``ack`` sends the acknowledgement and returns without waiting for the server's
+    confirmation, which the next fetch (and ``close``) awaits first: acks of a batch share one
+    round trip, and a fetch never probes a partition whose ack is still on its way.
     """
 
     def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
@@ -69,6 +75,7 @@ class NatsConsumer(TransportConsumer):
         self._stream, _ = transport.streams[queue]
         self._settings = transport.settings
         self._nc = transport.conn.nc
+        self._loop = transport.conn.loop.loop  # a reset transport's loop is closed, not renewed
         self._next_subjects = [
             f"$JS.API.CONSUMER.MSG.NEXT.{self._stream}.{self._stream}-p{p}"
             for p in range(self._settings.partitions)
@@ -76,9 +83,12 @@ class NatsConsumer(TransportConsumer):
         self._held: deque[tuple[float, Any]] = deque()  # received, not yet handed out
         self._hold_limit = min(HOLD_SECONDS, self._settings.ack_wait / 3)
         self._retiring: set[asyncio.Task[None]] = set()
+        self._acking: set[asyncio.Task[None]] = set()  # acks sent, confirmation not yet in
+        self._inbox: _Pull | None = None  # the last fetch's inbox, kept while nothing is open
         self._release_timer: asyncio.TimerHandle | None = None
         self._changed: asyncio.Event = transport.run(_new_event())
         self._cursor = 0
+        self._empty: set[int] = set()  # partitions the last fetch found empty
         self._answer_seconds = INITIAL_ANSWER_SECONDS
         self._closed = False
 
@@ -112,6 +122,8 @@ class NatsConsumer(TransportConsumer):
     # -- pulling (on the connection's loop) ----------------------------------------------------
 
     async def _fetch(self, batch: int, wait: float) -> list[tuple[float, Any]]:
+        if self._acking:  # the partitions of acked messages free before they are probed
+            await asyncio.wait(set(self._acking), timeout=self._settings.request_timeout)
         if not self._held and not self._closed:
             await self._pull(batch, wait)
         out: list[tuple[float, Any]] = []
@@ -122,36 +134,56 @@ class NatsConsumer(TransportConsumer):
     async def _pull(self, demand: int, wait: float) -> None:
         """Ask the partitions for up to ``demand`` messages, waiting at most ``wait`` seconds."""
         deadline = asyncio.get_running_loop().time() + wait
-        pull = _Pull(self._nc.new_inbox(), self._hold, self._changed)
-        sub = await self._nc.subscribe(f"{pull.inbox}.*", cb=pull.on_reply)
+        pull = self._inbox or await self._open_inbox()
+        self._inbox = None
         try:
             await self._probe(pull, demand, deadline)
             left = deadline - asyncio.get_running_loop().time()
             if not self._held and left > 0:  # busy partitions' probes are still open, too
-                body = {"batch": 1, "expires": int(left * 1e9)}
+                body = json.dumps({"batch": 1, "expires": int(left * 1e9)}).encode()
                 for partition in sorted(pull.idle):
                     await self._request(pull, partition, body)
                 await self._until(lambda: bool(self._held), deadline)
         finally:
-            self._retire(sub)
+            if pull.open or self._closed:
+                self._retire(pull.sub)
+            else:  # every request was answered: nothing can arrive on this inbox any more
+                self._inbox = pull.reset()
+
+    async def _open_inbox(self) -> _Pull:
+        pull = _Pull(self._nc.new_inbox(), self._hold, self._changed)
+        pull.sub = await self._nc.subscribe(f"{pull.inbox}.*", cb=pull.on_reply)
+        return pull
 
     async def _probe(self, pull: _Pull, demand: int, deadline: float) -> None:
-        """Probe the partitions ``demand`` at a time until one has a message or all were asked."""
+        """Probe the partitions in waves until ``demand`` messages came or all were asked.
+
+        Partitions the previous fetch found empty are asked last (for this fetch only, so none
+        is passed over for long): a wave then rarely goes to a partition with nothing in it.
+        """
         partitions = len(self._next_subjects)
         order = [(self._cursor + i) % partitions for i in range(partitions)]
+        order.sort(key=self._empty.__contains__)  # stable: the rotation order otherwise
+        self._empty = pull.idle  # this fetch's answers decide the next one's order
         loop = asyncio.get_running_loop()
-        while order and not self._held and not self._closed:
+        while order and len(self._held) < demand and not self._closed:
             if len(order) < partitions and loop.time() >= deadline:
                 return  # the first wave always goes out, even for a wait of 0
-            wave, order = order[:demand], order[demand:]
+            size = demand - len(self._held)  # a wave leases at most what is still missing
+            wave, order = order[:size], order[size:]
             self._cursor = (wave[-1] + 1) % partitions
             for partition in wave:
                 pull.probing[partition] = loop.time()
-                await self._request(pull, partition, {"batch": 1, "no_wait": True})
+                await self._request(pull, partition, NO_WAIT_PROBE)
+            before = len(self._held)
             done = functools.partial(self._probed, pull, wave, demand)
             await self._until(done, loop.time() + self._probe_grace())
             pull.probing.clear()  # a busy partition's late answer says nothing about latency
             self._learn(pull.latencies)
+            if before and len(self._held) == before:
+                return  # a wave found nothing more: the partitions left are likely empty too
+            if self._held and pull.open:
+                return  # busy partitions' probes are open: each more wave adds more of them
 
     def _probed(self, pull: _Pull, wave: list[int], demand: int) -> bool:
         return pull.answered.issuperset(wave) or len(self._held) >= demand
@@ -165,9 +197,10 @@ class NatsConsumer(TransportConsumer):
             self._answer_seconds += (latency - self._answer_seconds) / 8
         latencies.clear()
 
-    async def _request(self, pull: _Pull, partition: int, body: dict[str, Any]) -> None:
+    async def _request(self, pull: _Pull, partition: int, body: bytes) -> None:
         reply = f"{pull.inbox}.{partition}"
-        await self._nc.publish(self._next_subjects[partition], json.dumps(body).encode(), reply)
+        pull.open.add(partition)
+        await self._nc.publish(self._next_subjects[partition], body, reply)
 
     async def _until(self, done: Callable[[], bool], deadline: float) -> None:
         loop = asyncio.get_running_loop()
@@ -235,7 +268,30 @@ class NatsConsumer(TransportConsumer):
         )
 
     def ack(self, message: QueueMessage) -> None:
-        self._transport.run(message.native.ack_sync(timeout=self._settings.request_timeout))
+        """Send the ack; its confirmation is awaited by the next fetch and by ``close``.
+
+        Raises:
+            TransportError: the connection's loop is gone (the transport was reset).
+        """
+        try:
+            self._loop.call_soon_threadsafe(self._send_ack, message.native)
+        except RuntimeError as exc:
+            raise TransportError(f"NATS connection of {self._stream} is closed") from exc
+
+    def _send_ack(self, msg: Any) -> None:
+        task = asyncio.ensure_future(self._confirm_ack(msg))
+        self._acking.add(task)
+        task.add_done_callback(self._acking.discard)
+
+    async def _confirm_ack(self, msg: Any) -> None:
+        try:
+            await msg.ack_sync(timeout=self._settings.request_timeout)
+        except CLIENT_ERRORS as exc:  # as if the ack was lost: the lease runs out, it comes again
+            logger.warning(
+                "ack of %s was not confirmed (%r); it is delivered again after its lease",
+                _message_id(msg),
+                exc,
+            )
 
     def nack(self, message: QueueMessage) -> None:
         delay = self._settings.retry_backoff or None
@@ -265,6 +321,11 @@ class NatsConsumer(TransportConsumer):
         self._changed.set()  # a fetch still waiting (closed from another thread) ends now
         if self._release_timer is not None:
             self._release_timer.cancel()
+        if self._inbox is not None:
+            self._retire(self._inbox.sub)
+            self._inbox = None
+        if self._acking:
+            await asyncio.wait(set(self._acking), timeout=self._settings.request_timeout)
         if self._retiring:  # pull inboxes drained: nothing more can arrive
             await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
         self._release(lambda _: True)
@@ -279,6 +340,8 @@ class _Pull:
 
     def __init__(self, inbox: str, hold: Callable[[Any], None], changed: asyncio.Event) -> None:
         self.inbox = inbox
+        self.sub: Any = None
+        self.open: set[int] = set()  # partitions with a request not answered yet
         self.answered: set[int] = set()  # partitions that replied (a message or a status)
         self.idle: set[int] = set()  # partitions that had nothing for this request
         self.probing: dict[int, float] = {}  # the current probe wave: partition -> sent at
@@ -286,12 +349,22 @@ class _Pull:
         self._hold = hold
         self._changed = changed
 
+    def reset(self) -> _Pull:
+        """Forget the last fetch's answers, to serve the next fetch on the same inbox."""
+        self.answered.clear()
+        self.idle = set()  # the consumer keeps the old set to order its next probes
+        self.probing.clear()
+        self.latencies.clear()
+        return self
+
     async def on_reply(self, msg: Any) -> None:
         status = (msg.headers or {}).get("Status")
         partition = _partition(msg.subject)
         if (sent := self.probing.pop(partition, None)) is not None:
             self.latencies.append(asyncio.get_running_loop().time() - sent)
         self.answered.add(partition)
+        if status != "100":  # anything but a heartbeat ends a request for one message
+            self.open.discard(partition)
         if status is None:
             self._hold(msg)
         elif status in ("404", "408"):  # no messages; expired or others are waiting first
