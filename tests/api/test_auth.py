@@ -293,10 +293,14 @@ def test_a_user_id_with_control_characters_is_refused(server: Server) -> None:
 
 
 def test_server_log_lines_mask_tokens_and_escape_forged_lines(
-    server: Server, caplog: pytest.LogCaptureFixture
+    server: Server, caplog: pytest.LogCaptureFixture, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    # uvicorn's own dictConfig (applied by any uvicorn.run in this process, e.g. a fake model
+    # server) stops its loggers from propagating; undo that so its lines are captured here.
+    monkeypatch.setattr(logging.getLogger("uvicorn"), "propagate", True)
+    monkeypatch.setattr(logging.getLogger("uvicorn.error"), "propagate", True)
     secret_token = token("dave")
-    with caplog.at_level(logging.INFO):
+    with caplog.at_level(logging.INFO), caplog.at_level(logging.INFO, logger="uvicorn.error"):
         with ws_client.connect(
             server.url.replace("http://", "ws://") + "/ws?token=" + secret_token
         ) as ws:
