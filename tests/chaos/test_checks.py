@@ -58,6 +58,7 @@ def response(status: int, body: object) -> httpx.Response:
         (503, {"error": "SHUTTING_DOWN", "request_id": "r"}, "retry"),
         (500, "Internal Server Error", "retry"),
         (404, {"error": "NOT_FOUND", "request_id": "r"}, "retry"),
+        (404, {"error": "PENDING", "request_id": "r"}, "retry"),
     ],
 )
 def test_answers_are_told_apart(status: int, body: object, outcome: str) -> None:

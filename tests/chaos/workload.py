@@ -27,7 +27,14 @@ RETRY_SECONDS = 0.5
 MAX_TURNS = 200
 SYNC_TIMEOUT = 60.0  # the product's default api.sync_timeout; a POST may wait that long
 #: Answers that say "not yet" or "try again", never a turn's outcome.
-TRANSIENT = {"TIMEOUT", "SHUTTING_DOWN", "QUEUE_UNAVAILABLE", "STORE_UNAVAILABLE", "NOT_FOUND"}
+TRANSIENT = {
+    "TIMEOUT",
+    "SHUTTING_DOWN",
+    "QUEUE_UNAVAILABLE",
+    "STORE_UNAVAILABLE",
+    "NOT_FOUND",
+    "PENDING",
+}
 
 
 @dataclass
