@@ -13,21 +13,18 @@ through or the loop stops (then the failure is handed back like any other).
 
 from __future__ import annotations
 
-import asyncio
 import logging
-import time
 from collections.abc import Callable
 
 from agentkernel.core.errors import StoreUnavailableError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.redelivery import backoff, pause, pause_blocking
 
 #: Delay before a message is tried again during a store outage, in seconds; doubles per try.
 OUTAGE_RETRY_SECONDS = 0.5
 #: Longest such delay, in seconds: short, so a store that is back is noticed soon.
 MAX_OUTAGE_RETRY_SECONDS = 5.0
-#: Longest sleep between two looks at the stop flag, in seconds.
-_STOP_CHECK_SECONDS = 0.25
 
 
 class OutageRetry:
@@ -45,24 +42,20 @@ class OutageRetry:
     @staticmethod
     def delay(attempt: int) -> float:
         """Seconds before try ``attempt + 2`` (``attempt`` counts from 0)."""
-        return float(min(OUTAGE_RETRY_SECONDS * 2 ** min(attempt, 30), MAX_OUTAGE_RETRY_SECONDS))
+        return backoff(OUTAGE_RETRY_SECONDS, MAX_OUTAGE_RETRY_SECONDS, attempt)
 
     def wait(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:
         """From a consumer thread: wait before trying again; ``False``: hand the failure on."""
         if not self._applies(message, exc, attempt):
             return False
-        deadline = time.monotonic() + self.delay(attempt)
-        while not self._stopping() and (left := deadline - time.monotonic()) > 0:
-            time.sleep(min(left, _STOP_CHECK_SECONDS))
+        pause_blocking(self.delay(attempt), self._stopping)
         return not self._stopping()
 
     async def wait_async(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:
         """From a message's task: as :meth:`wait`, without blocking the event loop."""
         if not self._applies(message, exc, attempt):
             return False
-        deadline = time.monotonic() + self.delay(attempt)
-        while not self._stopping() and (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(left, _STOP_CHECK_SECONDS))
+        await pause(self.delay(attempt), self._stopping)
         return not self._stopping()
 
     def _applies(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:

@@ -32,6 +32,25 @@ MAX_RETRY_BACKOFF_SECONDS = 30.0
 STOP_CHECK_SECONDS = 0.25
 
 
+def backoff(base: float, cap: float, attempt: int) -> float:
+    """``base`` doubled ``attempt`` times (counted from 0), at most ``cap`` seconds."""
+    return float(min(base * 2 ** min(max(attempt, 0), 30), cap))
+
+
+async def pause(seconds: float, stopping: Callable[[], bool]) -> None:
+    """Sleep ``seconds`` on the event loop, cut short once ``stopping()`` is true."""
+    deadline = time.monotonic() + seconds
+    while not stopping() and (left := deadline - time.monotonic()) > 0:
+        await asyncio.sleep(min(left, STOP_CHECK_SECONDS))
+
+
+def pause_blocking(seconds: float, stopping: Callable[[], bool]) -> None:
+    """:func:`pause` for a thread that may block."""
+    deadline = time.monotonic() + seconds
+    while not stopping() and (left := deadline - time.monotonic()) > 0:
+        time.sleep(min(left, STOP_CHECK_SECONDS))
+
+
 class Redelivery:
     """Gives the failed messages of one consumer loop back to the broker.
 
@@ -63,8 +82,7 @@ class Redelivery:
 
     def delay(self, message: QueueMessage) -> float:
         """Seconds to wait before ``message`` is delivered again."""
-        exponent = min(max(message.receive_count - 1, 0), 30)
-        return float(min(self._base * 2**exponent, self._cap))
+        return backoff(self._base, self._cap, message.receive_count - 1)
 
     def give_back(self, consumer: TransportConsumer, message: QueueMessage) -> Future[None] | None:
         """From a consumer thread: hand back after the delay without blocking the thread.
@@ -86,9 +104,7 @@ class Redelivery:
         """From a message's task: hand back after the delay (sooner if the loop stops)."""
         if native and await call(consumer.nonblocking, self._nacked_later, consumer, message):
             return
-        deadline = time.monotonic() + self.delay(message)
-        while not self._stopping() and (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(left, STOP_CHECK_SECONDS))
+        await pause(self.delay(message), self._stopping)
         self._release(message)
         await call(consumer.nonblocking, self.nack, consumer, message)
 
