@@ -157,7 +157,7 @@ class Lambda:
         )
         admit(store, chat, request_id, None)
         if not fresh and (known := store.get(request_id)) is not None:
-            return _record_answer(known, chat.session_id)
+            return _record_answer(known)
         traceparent = request.headers.get("traceparent", "")
         _enqueue(
             transport, chat, request_id, {ATTR_TRACEPARENT: traceparent} if traceparent else {}
@@ -181,7 +181,7 @@ class Lambda:
                 "session_id": chat.session_id,
             }
             return http_response(504, doc, _location(chat.session_id, request_id))
-        return _record_answer(record, chat.session_id)
+        return _record_answer(record)
 
     @classmethod
     def _get_chat(cls, session_id: str, request_id: str | None) -> dict[str, Any]:
@@ -191,7 +191,7 @@ class Lambda:
         record = store.get(request_id)
         if record is None or record.session_id != session_id:
             raise missing_reply(store, session_id, request_id, None)
-        return _record_answer(record, session_id, request_id)
+        return _record_answer(record)
 
     # -- WebSocket -------------------------------------------------------------------------
 
@@ -270,17 +270,8 @@ def _wait(store: ResponseStore, request_id: str, budget: float) -> ResponseRecor
         interval = min(interval * 1.5, store.max_poll_interval)
 
 
-def _record_answer(
-    record: ResponseRecord | None, session_id: str, request_id: str | None = None
-) -> dict[str, Any]:
-    if record is None or record.session_id != session_id:
-        doc = {
-            "error": "NOT_FOUND",
-            "message": "no reply for this request in this session (yet)",
-            "request_id": request_id or "",
-            "session_id": session_id,
-        }
-        return http_response(404, doc)
+def _record_answer(record: ResponseRecord) -> dict[str, Any]:
+    """A stored reply as it was answered (its request id is derived from its session)."""
     return http_response(record.status_code, record.body)
 
 
