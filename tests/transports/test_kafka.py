@@ -368,3 +368,21 @@ def test_two_consumers_in_one_group_keep_each_session_in_order(tansu_broker: Any
     loop.stop()
     runner.join(30)
     assert dict(seen) == {s: list(range(per_session)) for s in sessions}
+
+
+def test_a_consumer_closed_while_joining_does_not_leave_its_group_stuck(tansu_broker: Any) -> None:
+    """An IO process stopped a second after it started: its consumer is still joining the group.
+
+    Tansu never rebalanced that group again when the member left mid-join, so the next consumer
+    got no partition (the chaos suite's kafka-sigterm-io); the consumer now lets the join end first.
+    """
+    transport = KafkaTransport(kafka_settings(tansu_broker.bootstrap), InMemoryBookkeepingStore())
+    first = transport.create_consumer(QueueName.OUTPUT)
+    first.fetch(10, 0.5)  # its first join takes ~3 s on Tansu
+    first.close()
+    transport.send(QueueName.OUTPUT, QueueMessage(body="after", group_id="s1"))
+    second = transport.create_consumer(QueueName.OUTPUT)
+    try:
+        assert fetch_until(second, "after", timeout=30)
+    finally:
+        second.close()

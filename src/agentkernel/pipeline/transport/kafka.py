@@ -65,6 +65,10 @@ MAX_MESSAGE_BYTES = 1_000_000
 MAX_BUFFERED = 2000
 POLL_SECONDS = 0.05  # longest a settled record waits for its commit to be sent
 CLOSE_GRACE_SECONDS = 5.0  # leaving the group, on top of commit_timeout
+#: A consumer closed while its first group join is still running waits this long for the join to
+#: end before it leaves: Tansu never rebalances a group again after a member left mid-join (the
+#: next member waits forever), and on any broker it spares the group a second rebalance.
+JOIN_SETTLE_SECONDS = 10.0
 POLL_ERROR_BACKOFF_SECONDS = 1.0
 _LIBRDKAFKA_LOG = logging.getLogger("agentkernel.kafka.librdkafka")
 
@@ -270,6 +274,7 @@ class KafkaConsumer(TransportConsumer):
         self._closed = False
         self._paused = False
         self._stop = threading.Event()
+        self._joined = threading.Event()  # the group gave this member an assignment (maybe empty)
         self._consumer = Consumer(
             transport._conf(
                 **{
@@ -317,6 +322,7 @@ class KafkaConsumer(TransportConsumer):
         self._buffer(records)
 
     def _leave(self) -> None:
+        self._settle_join()
         try:  # commit while still a group member; close() then finds nothing left to commit
             with self._lock:
                 numbers = set(self._parts)
@@ -327,6 +333,23 @@ class KafkaConsumer(TransportConsumer):
             self._consumer.close()
         except (KafkaException, RuntimeError) as exc:
             logger.warning("closing the Kafka consumer of %s failed: %s", self._topic, exc)
+
+    def _settle_join(self) -> None:
+        """Let a group join in progress end before leaving (bounded by ``JOIN_SETTLE_SECONDS``).
+
+        What the last polls fetch is dropped: nothing of it is committed, so the partitions' next
+        owner reads it.
+        """
+        deadline = time.monotonic() + JOIN_SETTLE_SECONDS
+        while not self._joined.is_set() and time.monotonic() < deadline:
+            try:
+                self._consumer.consume(num_messages=500, timeout=POLL_SECONDS)
+            except (KafkaException, RuntimeError):
+                return
+        if not self._joined.is_set():
+            logger.warning(
+                "the Kafka consumer of %s leaves before its group join ended", self._topic
+            )
 
     def _throttle(self) -> None:
         """Pause fetching while the buffer is full; the client keeps answering the group."""
@@ -432,6 +455,9 @@ class KafkaConsumer(TransportConsumer):
     # -- rebalances (client thread, inside consume or close) -------------------------------------
 
     def _assigned(self, consumer: Any, partitions: list[Any]) -> None:
+        self._joined.set()
+        if self._stop.is_set():
+            return  # leaving: the partitions go back unread (see _settle_join)
         with self._lock:
             for tp in partitions:
                 self._parts[tp.partition] = _Partition(
@@ -600,6 +626,8 @@ class KafkaConsumer(TransportConsumer):
             self._lock.notify_all()
         self._stop.set()
         limit = self._transport.settings.commit_timeout + CLOSE_GRACE_SECONDS
+        if not self._joined.is_set():
+            limit += JOIN_SETTLE_SECONDS
         self._pump.join(limit)
         if self._pump.is_alive():
             logger.warning("the Kafka consumer of %s did not close in %ss", self._topic, limit)
