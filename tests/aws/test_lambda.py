@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import json
+import threading
+import time
 import uuid
 from collections.abc import Iterator
 from typing import Any
@@ -341,3 +343,52 @@ def test_a_gone_connection_is_forgotten_and_not_retried(d: Deployment) -> None:
     assert result == {"batchItemFailures": []}
     assert connection(d, "gone-1") is None
     assert sqs_event(d.output, wait=0)["Records"] == []
+
+
+# -- store outages ---------------------------------------------------------------------------------
+
+
+@pytest.fixture
+def session_redis(d: Deployment, monkeypatch: pytest.MonkeyPatch) -> Iterator[Any]:
+    """The runner function keeps its sessions in a Redis of this test alone, which it can kill."""
+    from tests.api.test_outages import PrivateRedis
+
+    server = PrivateRedis()
+    monkeypatch.setenv("AK_SESSION__TYPE", "redis")
+    monkeypatch.setenv("AK_SESSION__REDIS__URL", server.url)
+    ServerlessAgentRunner.reset()
+    yield server
+    server.kill()
+
+
+@pytest.mark.redis
+def test_a_store_outage_is_waited_out_in_the_invocation(d: Deployment, session_redis: Any) -> None:
+    """A few seconds of session store outage cost no delivery (it used to spend one per try)."""
+    request_id = enqueue("o", "x")
+    event = sqs_event(d.input)
+    session_redis.kill()
+    threading.Timer(2.0, session_redis.start).start()
+    started = time.monotonic()
+    result = ServerlessAgentRunner.handle(event, LambdaContext(30))
+    assert result == {"batchItemFailures": []}
+    assert time.monotonic() - started >= 1.5  # it waited for Redis, not for a retry
+    pump(d.output, ResponseHandler.handle)
+    got = Lambda.handler(http_v2("GET", "/api/v1/chat/o", query={"request_id": request_id}))
+    assert (got["statusCode"], body_of(got)["result"]) == (200, '["x"]')
+
+
+@pytest.mark.redis
+def test_a_store_outage_longer_than_the_invocation_reports_the_record(
+    d: Deployment, session_redis: Any
+) -> None:
+    """With 6 s left (5 s kept to return), it waits about 1 s and hands the record back."""
+    enqueue("o", "x")
+    event = sqs_event(d.input)
+    session_redis.kill()
+    started = time.monotonic()
+    result = ServerlessAgentRunner.handle(event, LambdaContext(6))
+    waited = time.monotonic() - started
+    assert [f["itemIdentifier"] for f in result["batchItemFailures"]] == [
+        r["messageId"] for r in event["Records"]
+    ]
+    assert 0.8 <= waited < 4

@@ -4,22 +4,37 @@ The mapping polls, and deletes the records the handler did not report; the handl
 batch and returns ``{"batchItemFailures": [...]}``. Sessions of a batch run concurrently, the
 records of one session in order; once a record of a session fails, that session's later
 records are reported too without being run, so FIFO order survives the retry.
+
+A record whose handler fails because a store cannot be reached is tried again in the same
+invocation (as the container loops do, :mod:`agentkernel.pipeline.outage`) while the function has
+time left, so a store outage of a few seconds does not spend its deliveries; only when the
+invocation runs out of time is it reported for a retry.
 """
 
 from __future__ import annotations
 
 import asyncio
+import itertools
 import logging
+import time
 from collections import defaultdict
 from typing import Any, ClassVar
 
 from agentkernel.aws.events import BadEvent, sqs_message
+from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer import QueueConsumer, is_async_callable
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.lease import LeaseKeeper
+from agentkernel.pipeline.outage import OutageRetry
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
 logger = logging.getLogger(__name__)
+_outage_log = RateLimitedLog(logger)
+
+#: Seconds of an invocation kept back for reporting the batch after a store outage wait.
+RETURN_MARGIN_SECONDS = 5.0
+#: How long a store outage is waited out when the invocation's time left is unknown (no context).
+OUTAGE_WAIT_WITHOUT_CONTEXT = 30.0
 
 
 class LambdaSQSConsumer(QueueConsumer):
@@ -35,11 +50,17 @@ class LambdaSQSConsumer(QueueConsumer):
     transport: QueueTransport
     max_receive_count: int = 3
 
-    def handle_batch(self, event: dict[str, Any]) -> dict[str, Any]:
-        """Run one event source mapping batch; returns the records to retry."""
-        return asyncio.run(self.handle_batch_async(event))
+    def handle_batch(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        """Run one event source mapping batch; returns the records to retry.
 
-    async def handle_batch_async(self, event: dict[str, Any]) -> dict[str, Any]:
+        ``context`` (the Lambda context) tells how long a store outage may be waited out.
+        """
+        return asyncio.run(self.handle_batch_async(event, context))
+
+    async def handle_batch_async(
+        self, event: dict[str, Any], context: Any = None
+    ) -> dict[str, Any]:
+        outage = OutageRetry(self.queue.value, stopping=_out_of_time(context), log=_outage_log)
         sessions: dict[str, list[QueueMessage]] = defaultdict(list)
         for record in event.get("Records") or []:
             try:
@@ -50,20 +71,25 @@ class LambdaSQSConsumer(QueueConsumer):
             sessions[message.group_id or message.message_id or ""].append(message)
         leases = self._lease_keeper() if sessions else None
         try:
-            failed = await asyncio.gather(*(self._session(ms, leases) for ms in sessions.values()))
+            failed = await asyncio.gather(
+                *(self._session(ms, leases, outage) for ms in sessions.values())
+            )
         finally:
             if leases is not None:
                 leases[0].stop()
         return {"batchItemFailures": [{"itemIdentifier": i} for ids in failed for i in ids]}
 
     async def _session(
-        self, messages: list[QueueMessage], leases: tuple[LeaseKeeper, TransportConsumer] | None
+        self,
+        messages: list[QueueMessage],
+        leases: tuple[LeaseKeeper, TransportConsumer] | None,
+        outage: OutageRetry,
     ) -> list[str]:
         for position, message in enumerate(messages):
             if leases is not None:
                 leases[0].track(leases[1], message)
             try:
-                await self._one(message)
+                await self._one(message, outage)
             except Exception:
                 logger.warning("record %s failed; retrying it", message.message_id, exc_info=True)
                 return [str(m.message_id) for m in messages[position:]]
@@ -72,12 +98,12 @@ class LambdaSQSConsumer(QueueConsumer):
                     leases[0].untrack(message)
         return []
 
-    async def _one(self, message: QueueMessage) -> None:
+    async def _one(self, message: QueueMessage, outage: OutageRetry) -> None:
         if message.receive_count > self.max_receive_count:
-            await _call(self.on_permanent_failure, message)
+            await _outlasting(outage, self.on_permanent_failure, message)
             return
         try:
-            await _call(self.process_message, message)
+            await _outlasting(outage, self.process_message, message)
         except Exception:
             if message.receive_count < self.max_receive_count:
                 raise
@@ -85,7 +111,7 @@ class LambdaSQSConsumer(QueueConsumer):
                 "record %s failed on its last attempt", message.message_id, exc_info=True
             )
             final = message.model_copy(update={"receive_count": message.receive_count + 1})
-            await _call(self.on_permanent_failure, final)
+            await _outlasting(outage, self.on_permanent_failure, final)
 
     def _lease_keeper(self) -> tuple[LeaseKeeper, TransportConsumer] | None:
         """Extends the visibility of records still running near its end (SQS only)."""
@@ -96,6 +122,29 @@ class LambdaSQSConsumer(QueueConsumer):
             except NotImplementedError:
                 return None
         return LeaseKeeper(f"lambda-{self.queue}-leases"), consumer
+
+
+def _out_of_time(context: Any) -> Any:
+    """A ``stopping()`` for :class:`OutageRetry`: true once the invocation must wrap up."""
+    remaining = getattr(context, "get_remaining_time_in_millis", None)
+    seconds = (
+        remaining() / 1000 - RETURN_MARGIN_SECONDS
+        if remaining is not None
+        else OUTAGE_WAIT_WITHOUT_CONTEXT
+    )
+    deadline = time.monotonic() + seconds
+    return lambda: time.monotonic() >= deadline
+
+
+async def _outlasting(outage: OutageRetry, fn: Any, message: QueueMessage) -> None:
+    """Call ``fn``; while it fails on a store outage and time is left, call it again."""
+    for attempt in itertools.count():
+        try:
+            await _call(fn, message)
+            return
+        except Exception as exc:
+            if not await outage.wait_async(message, exc, attempt):
+                raise
 
 
 async def _call(fn: Any, message: QueueMessage) -> None:

@@ -129,7 +129,7 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
     @classmethod
     def handle(cls, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """Lambda entry: returns ``{"batchItemFailures": [...]}``."""
-        return cls.instance().handle_batch(event)
+        return cls.instance().handle_batch(event, context)
 
     @classmethod
     def reset(cls) -> None:

@@ -43,7 +43,7 @@ class ServerlessAgentRunner(LambdaSQSConsumer, AgentRunner):
     @classmethod
     def handle(cls, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """Lambda entry: returns ``{"batchItemFailures": [...]}``."""
-        return cls.instance().handle_batch(event)
+        return cls.instance().handle_batch(event, context)
 
     @classmethod
     def reset(cls) -> None:
