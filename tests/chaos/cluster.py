@@ -22,6 +22,7 @@ from typing import Any
 
 from tests import servers
 from tests.chaos.infra import PrivateNats, PrivateRedis
+from tests.chaos.trace import NatsTrace
 from tests.e2e.deployment import Deployment
 
 AGENTS = Path(__file__).with_name("agents.py")
@@ -57,11 +58,18 @@ class Events:
     exits: list[Exit] = field(default_factory=list)
     crashes: int = 0
     errors: list[str] = field(default_factory=list)
+    #: (monotonic time, what): faults, exits and restarts, for the slow turns' timelines.
+    timeline: list[tuple[float, str]] = field(default_factory=list)
     lock: threading.Lock = field(default_factory=threading.Lock)
 
     def fault(self, text: str) -> None:
         with self.lock:
             self.faults.append(text)
+        self.note(text)
+
+    def note(self, text: str) -> None:
+        with self.lock:
+            self.timeline.append((time.monotonic(), text))
 
 
 class Cluster:
@@ -84,6 +92,8 @@ class Cluster:
         kafka_bootstrap: str | None = None,
     ) -> None:
         self.topology = topology
+        self.workdir = workdir
+        self.trace: NatsTrace | None = None
         self.events = Events()
         self.runner_count = 0 if topology == "embedded" else runners
         self.runners: list[subprocess.Popen[str]] = []
@@ -128,6 +138,9 @@ class Cluster:
         self.deployment.start_io(AGENTS if embedded else None)
         self.runners = [self.deployment.runner(AGENTS) for _ in range(self.runner_count)]
         self._supervisor.start()
+        if self.nats is not None:
+            self.trace = NatsTrace(self.nats.monitor_url, self.workdir / "nats-trace.jsonl")
+            self.trace.start()
 
     # -- faults ------------------------------------------------------------------------------
 
@@ -181,6 +194,7 @@ class Cluster:
         seconds = time.monotonic() - started
         with self.events.lock:
             self.events.exits.append(Exit(role, code, seconds))
+        self.events.note(f"{role} exited {code} after {seconds:.1f}s")
 
     # -- supervision -------------------------------------------------------------------------
 
@@ -193,6 +207,7 @@ class Cluster:
                     if proc.returncode != -signal.SIGKILL:
                         self.events.crashes += 1
                     self.runners[i] = self.deployment.runner(AGENTS)
+                    self.events.note(f"runner {i} restarted (exit {proc.returncode})")
 
     # -- end ---------------------------------------------------------------------------------
 
@@ -207,6 +222,8 @@ class Cluster:
     def close(self) -> None:
         """Kill every process and server this cluster started (also after a failure)."""
         self._stop.set()
+        if self.trace is not None:
+            self.trace.close()
         if self._supervisor.is_alive():
             self._supervisor.join(5)
         self.deployment.close()

@@ -79,13 +79,24 @@ class PrivateNats(PrivateServer):
 
     name = "nats"
 
+    def __init__(self, directory: Path) -> None:
+        self.monitor_port = servers.free_port()  # /jsz, read by tests/chaos/trace.py
+        super().__init__(directory)
+
     def command(self) -> list[str]:
         binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
         if not Path(binary).exists():
             servers.unavailable("no nats-server binary to start a private server")
         store = self.dir / "js"
-        return [binary, "-js", "-sd", str(store), "-a", "127.0.0.1", "-p", str(self.port)]
+        return [
+            binary, "-js", "-sd", str(store), "-a", "127.0.0.1", "-p", str(self.port),
+            "-m", str(self.monitor_port),
+        ]  # fmt: skip
 
     @property
     def url(self) -> str:
         return f"nats://127.0.0.1:{self.port}"
+
+    @property
+    def monitor_url(self) -> str:
+        return f"http://127.0.0.1:{self.monitor_port}"

@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 
 from tests.chaos.cluster import DRAIN_BOUND, Cluster
+from tests.chaos.trace import write_timelines
 from tests.chaos.workload import Turn, Workload
 
 #: Seconds any normal turn may take, from its first POST to its answer as the caller sees it.
@@ -218,6 +219,13 @@ def run_scenario(
             faults.join(DRAIN_BOUND + 30)
         seconds = time.monotonic() - started
         cluster.close()
+        write_timelines(
+            workdir / "timelines.txt",
+            workload.all_turns(),
+            started,
+            cluster.events.timeline,
+            cluster.trace,
+        )
     return tally(f"{topology}/{scenario}", workload, cluster, seconds)
 
 

@@ -50,4 +50,5 @@ def test_chaos(
     with capsys.disabled():
         print(f"\n{tally.line()}")
     problems = tally.violations()
-    assert not problems, "\n".join([tally.line(), *problems, f"logs: {workdir / 'logs'}"])
+    evidence = [f"logs: {workdir / 'logs'}", f"slow turns: {workdir / 'timelines.txt'}"]
+    assert not problems, "\n".join([tally.line(), *problems, *evidence])
