@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import httpx
 import pytest
@@ -63,3 +64,33 @@ def response(status: int, body: object) -> httpx.Response:
 )
 def test_answers_are_told_apart(status: int, body: object, outcome: str) -> None:
     assert classify(response(status, body))[0] == outcome
+
+
+def test_a_slow_turns_timeline_shows_its_partitions_changes_and_the_faults(tmp_path: Path) -> None:
+    from agentkernel.pipeline.transport.nats import partition_of
+    from tests.chaos.trace import NatsTrace, Row, write_timelines
+
+    partition = partition_of("s", 32)
+    other = (partition + 1) % 32
+    trace = NatsTrace("http://127.0.0.1:9", tmp_path / "trace.jsonl")
+    state = {"delivered": 7, "ack_floor": 6, "num_ack_pending": 1, "num_redelivered": 0}
+    trace.rows = [
+        Row(101.0, f"IN-p{partition}", {**state, "num_waiting": 3}),
+        Row(102.0, f"IN-p{partition}", {**state, "num_waiting": 9}),  # pull requests only
+        Row(102.5, f"IN-p{other}", {**state, "num_waiting": 1}),  # another partition
+        Row(131.0, f"IN-p{partition}", {**state, "num_redelivered": 1, "num_waiting": 9}),
+    ]
+    slow = Turn("s", 3, "p3", started=100.5, answered=131.5, status=200)
+    quick = Turn("s", 4, "p4", started=131.5, answered=132.0, status=200)
+    lost = Turn("s", 5, "p5", started=133.0)
+    path = tmp_path / "timelines.txt"
+    assert write_timelines(path, [slow, quick, lost], 100.0, [(101.2, "kill -9 runner 1")], trace)
+    text = path.read_text()
+    assert text.startswith("faults: 1.2s kill -9 runner 1\n")
+    assert "s turn 3: sent 0.5s, answered 31.5s (waited 31.0s)" in text
+    assert "s turn 5: sent 33.0s, never answered" in text
+    assert "s turn 4" not in text
+    assert [line.split("s ")[0].strip() for line in text.splitlines() if "IN-p" in line] == [
+        "1.00",
+        "31.00",
+    ]
