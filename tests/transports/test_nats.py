@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
+import signal
 import threading
 import time
 import uuid
@@ -345,3 +347,35 @@ def test_a_url_password_is_not_in_connection_errors(caplog: pytest.LogCaptureFix
         NatsTransport(settings(url, request_timeout=1.0))
     assert "ak:***@" in str(failed.value) and SECRET not in str(failed.value)
     assert SECRET not in caplog.text
+
+
+def test_an_ack_sent_while_the_server_restarts_lands_once_it_is_back(tmp_path: Any) -> None:
+    """A lost ack held the message's partition, and every session on it, for a whole ack_wait."""
+    from tests.chaos.infra import PrivateNats
+
+    server = PrivateNats(tmp_path / "nats")  # a file store: the stream survives the restart
+    try:
+        transport = NatsTransport(settings(server.url, partitions=1, ack_wait=30.0))
+        for body in ("first", "second"):
+            transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+        consumer = transport.create_consumer(QueueName.INPUT)
+        [first] = consumer.fetch(1, 3.0)
+        assert server.proc is not None
+        server.proc.send_signal(signal.SIGSTOP)  # a server that hangs, then dies
+        consumer.ack(first)  # reaches the socket of a server that never reads it
+        time.sleep(0.5)
+        server.proc.kill()
+        server.proc.wait()
+        server.start()
+        started = time.monotonic()
+        got: list[QueueMessage] = []
+        while not got:
+            assert time.monotonic() - started < 15, "the partition stayed held after the restart"
+            with contextlib.suppress(TransportError):
+                got = consumer.fetch(1, 1.0)
+        assert [(m.body, m.receive_count) for m in got] == [("second", 1)]
+        consumer.ack(got[0])
+        consumer.close()
+    finally:
+        NatsTransport.reset()
+        server.stop()

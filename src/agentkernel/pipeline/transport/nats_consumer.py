@@ -11,6 +11,7 @@ import asyncio
 import base64
 import contextlib
 import functools
+import itertools
 import json
 import logging
 import time
@@ -22,6 +23,7 @@ from nats.errors import Error as NatsError
 
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.redelivery import backoff
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 if TYPE_CHECKING:
@@ -41,6 +43,11 @@ INITIAL_ANSWER_SECONDS = 0.002
 HOLD_SECONDS = 2.0
 REFRESH_AFTER_SECONDS = 1.0
 NO_WAIT_PROBE = json.dumps({"batch": 1, "no_wait": True}).encode()
+#: Seconds an ack waits for the server's confirmation (at most ``request_timeout``); an ack not
+#: confirmed is sent again after a delay doubling up to the maximum, while the lease lasts.
+ACK_TIMEOUT_SECONDS = 2.0
+ACK_RETRY_SECONDS = 0.5
+MAX_ACK_RETRY_SECONDS = 5.0
 CLIENT_ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
 
 
@@ -67,7 +74,9 @@ class NatsConsumer(TransportConsumer):
 
     ``ack`` sends the acknowledgement and returns without waiting for the server's
     confirmation, which the next fetch (and ``close``) awaits first: acks of a batch share one
-    round trip, and a fetch never probes a partition whose ack is still on its way.
+    round trip, and a fetch never probes a partition whose ack is still on its way. An ack not
+    confirmed within ``ACK_TIMEOUT_SECONDS`` (a server restarting, a reconnect) is sent again
+    while the message's lease lasts, so a lost ack does not hold its partition for ``ack_wait``.
     """
 
     def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
@@ -284,14 +293,46 @@ class NatsConsumer(TransportConsumer):
         task.add_done_callback(self._acking.discard)
 
     async def _confirm_ack(self, msg: Any) -> None:
+        loop = asyncio.get_running_loop()
+        # The lease was extended at most ack_wait / 3 ago (while the turn ran), so at least two
+        # thirds of it are left: an ack confirmed before then acknowledges this delivery.
+        give_up = loop.time() + self._settings.ack_wait * 2 / 3
         try:
-            await msg.ack_sync(timeout=self._settings.request_timeout)
-        except CLIENT_ERRORS as exc:  # as if the ack was lost: the lease runs out, it comes again
-            logger.warning(
-                "ack of %s was not confirmed (%r); it is delivered again after its lease",
-                _message_id(msg),
-                exc,
-            )
+            await msg.ack_sync(timeout=self._ack_timeout(give_up))
+        except CLIENT_ERRORS as exc:  # kept trying apart: fetches do not wait for those
+            task = asyncio.ensure_future(self._ack_again(msg, exc, give_up))
+            self._retiring.add(task)
+            task.add_done_callback(self._retiring.discard)
+
+    async def _ack_again(self, msg: Any, exc: Exception, give_up: float) -> None:
+        """Ack until the server confirms it, while the message's lease lasts.
+
+        An ack lost to a server restart would otherwise hold the message's partition, and every
+        session on it, for a whole ``ack_wait``: JetStream keeps the message pending and
+        redelivers it only then.
+        """
+        loop = asyncio.get_running_loop()
+        for attempt in itertools.count():
+            delay = backoff(ACK_RETRY_SECONDS, MAX_ACK_RETRY_SECONDS, attempt)
+            if self._closed or self._nc.is_closed or loop.time() + delay >= give_up:
+                logger.warning(  # as if lost: the lease runs out and it comes again
+                    "ack of %s was not confirmed (%r); it is delivered again after its lease",
+                    _message_id(msg),
+                    exc,
+                )
+                return
+            await asyncio.sleep(delay)
+            try:
+                await msg.ack_sync(timeout=self._ack_timeout(give_up))
+            except CLIENT_ERRORS as again:
+                exc = again
+                continue
+            logger.info("ack of %s confirmed on try %s", _message_id(msg), attempt + 2)
+            return
+
+    def _ack_timeout(self, give_up: float) -> float:
+        left = give_up - asyncio.get_running_loop().time()
+        return max(min(self._settings.request_timeout, ACK_TIMEOUT_SECONDS, left), 0.1)
 
     def nack(self, message: QueueMessage) -> None:
         delay = self._settings.retry_backoff or None
