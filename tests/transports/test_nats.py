@@ -379,3 +379,42 @@ def test_an_ack_sent_while_the_server_restarts_lands_once_it_is_back(tmp_path: A
     finally:
         NatsTransport.reset()
         server.stop()
+
+
+def test_a_busy_partitions_request_outlives_its_fetch_instead_of_racing_a_cancel(
+    nats_url: str,
+) -> None:
+    """Cancelling an open request (unsubscribing its inbox) could cross a delivery to it: the
+    server counted the message as delivered, nobody got it, and its partition stalled for
+    ack_wait (seen in the chaos suite). The request stays open; what it brings waits for the
+    next fetch."""
+    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=30.0))
+    for body in ("first", "second"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+    holder, prober = (transport.create_consumer(QueueName.INPUT) for _ in range(2))
+    [first] = holder.fetch(1, 3.0)
+    assert prober.fetch(1, 0.2) == []  # the partition is busy: its request stays open
+    holder.ack(first)
+    deadline = time.monotonic() + 5
+    while prober.held == 0:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, "the open request did not bring the next message"
+        time.sleep(0.01)
+    got = prober.fetch(1, 0)
+    assert [(m.body, m.receive_count) for m in got] == [("second", 1)]
+    prober.ack(got[0])
+
+
+def test_stop_fetching_cancels_the_open_requests_so_others_get_the_messages(nats_url: str) -> None:
+    """A draining runner must not receive messages it would only hand back (each one a delivery)."""
+    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=30.0))
+    for body in ("first", "second"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+    holder, leaving, other = (transport.create_consumer(QueueName.INPUT) for _ in range(3))
+    [first] = holder.fetch(1, 3.0)
+    assert leaving.fetch(1, 0.2) == []
+    leaving.stop_fetching()
+    holder.ack(first)
+    got = other.fetch(1, 3.0)
+    assert [(m.body, m.receive_count) for m in got] == [("second", 1)]
+    assert leaving.held == 0  # type: ignore[attr-defined]
+    other.ack(got[0])

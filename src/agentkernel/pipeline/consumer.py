@@ -386,6 +386,10 @@ class ConsumerLoop:
             while not self.stopping():
                 self._fetch_and_dispatch(consumer, tracker, wait)
         finally:
+            try:
+                consumer.stop_fetching()
+            except Exception:
+                logger.warning("stopping the fetches of %s failed", self._queue, exc_info=True)
             with self._fetching_done:
                 self._fetching -= 1
                 self._fetching_done.notify_all()
@@ -611,7 +615,9 @@ class ConsumerLoop:
         self._count(message)
         self._track(consumer, message)
         if after is not None:
+            logger.debug("message %s waits for the one before it", message.message_id)
             await asyncio.wait([asyncio.wrap_future(after)])  # same group: strictly one by one
+        logger.debug("handling %s (delivery %s)", message.message_id, message.receive_count)
         try:
             if message.receive_count > self._max_receive_count:
                 await self._isolated(self._on_permanent_failure, message)
@@ -621,6 +627,7 @@ class ConsumerLoop:
                 await self._isolated(self._process, message)
                 self._untrack(message)
                 await call(consumer.nonblocking, consumer.ack, message)
+                logger.debug("acked %s", message.message_id)
         except Exception as exc:
             self._log_failure(message, exc)
             await self._redelivery.give_back_async(consumer, message)

@@ -76,6 +76,10 @@ class TransportConsumer(ABC):
     def extend_lease(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
         """Restart the message's lease (visibility timeout, ack wait) while work goes on."""
 
+    def stop_fetching(self) -> None:  # noqa: B027 - optional hook
+        """No fetch will follow (the loop drains): stop asking the broker for messages now, so
+        none is delivered here only to be handed back at :meth:`close`."""
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release broker resources (subscriptions, group membership, threads). Idempotent."""
 

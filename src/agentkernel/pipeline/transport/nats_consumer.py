@@ -41,6 +41,9 @@ INITIAL_ANSWER_SECONDS = 0.002
 #: A message received after its fetch returned waits this long for the next fetch, then is
 #: given back (at most a third of ``ack_wait``).
 HOLD_SECONDS = 2.0
+#: Requests still open when a fetch returns stay open for the next fetch; when none comes within
+#: this many seconds (the consumer is saturated or stopping), they are cancelled.
+IDLE_SECONDS = 0.5
 REFRESH_AFTER_SECONDS = 1.0
 NO_WAIT_PROBE = json.dumps({"batch": 1, "no_wait": True}).encode()
 #: Seconds an ack waits for the server's confirmation (at most ``request_timeout``); an ack not
@@ -59,18 +62,21 @@ def decode_envelope(header: str | None) -> tuple[str | None, dict[str, str]]:
 
 
 class NatsConsumer(TransportConsumer):
-    """Pulls from the partitions only while a fetch asks for messages.
+    """Pulls from the partitions only while fetches ask for messages.
 
     A fetch for ``n`` messages first probes the partitions ``n`` at a time with no-wait pull
     requests: an empty partition answers "no messages" at once, a partition whose one message is
     in flight elsewhere keeps the request open, so a fetch leases about ``n`` messages, not one
     per partition. When every partition was probed and nothing came, it long-polls the empty
-    ones for the rest of the wait. All requests of a fetch reply to one inbox, which is
-    unsubscribed when the fetch ends: JetStream then skips the requests still open, without
-    counting a delivery. A message that arrived in that last round trip is kept for the next
-    fetch (with its lease restarted); if no fetch takes it within a few seconds, or the consumer
-    closes, it is given back with ``nak``, which JetStream counts as a delivery. When every
-    request of a fetch was answered, nothing is left open and the next fetch reuses the inbox.
+    ones for the rest of the wait. Every request replies to the consumer's one inbox, and a
+    request still open when its fetch returns stays open: the next fetch does not ask that
+    partition again, and what the request brings is kept for the next fetch (its lease restarted
+    if it waited over a second). Cancelling an open request means unsubscribing the inbox, and
+    a delivery crossing that unsubscribe is counted by JetStream but reaches nobody (its
+    partition then stalls for ``ack_wait``), so the inbox is unsubscribed only when fetching
+    stops: :meth:`stop_fetching` (a drain), no fetch for ``IDLE_SECONDS`` (a saturated consumer),
+    a reconnect, or ``close``. A message kept longer than ``HOLD_SECONDS`` without a fetch, or
+    when the consumer closes, is given back with ``nak``, which JetStream counts as a delivery.
 
     ``ack`` sends the acknowledgement and returns without waiting for the server's
     confirmation, which the next fetch (and ``close``) awaits first: acks of a batch share one
@@ -93,7 +99,8 @@ class NatsConsumer(TransportConsumer):
         self._hold_limit = min(HOLD_SECONDS, self._settings.ack_wait / 3)
         self._retiring: set[asyncio.Task[None]] = set()
         self._acking: set[asyncio.Task[None]] = set()  # acks sent, confirmation not yet in
-        self._inbox: _Pull | None = None  # the last fetch's inbox, kept while nothing is open
+        self._inbox: _Pull | None = None  # the inbox every request replies to, across fetches
+        self._idle_timer: asyncio.TimerHandle | None = None
         self._release_timer: asyncio.TimerHandle | None = None
         self._changed: asyncio.Event = transport.run(_new_event())
         self._cursor = 0
@@ -121,6 +128,7 @@ class NatsConsumer(TransportConsumer):
         for received_at, msg in arrived:
             age = now - received_at
             if age >= self._settings.ack_wait:
+                logger.debug("dropping %s: held past its lease", _message_id(msg))
                 continue  # its lease ran out while it waited here: the server redelivered it
             message = self._decode(msg)
             if age > REFRESH_AFTER_SECONDS:
@@ -143,24 +151,46 @@ class NatsConsumer(TransportConsumer):
     async def _pull(self, demand: int, wait: float) -> None:
         """Ask the partitions for up to ``demand`` messages, waiting at most ``wait`` seconds."""
         deadline = asyncio.get_running_loop().time() + wait
-        pull = self._inbox or await self._open_inbox()
-        self._inbox = None
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+            self._idle_timer = None
+        pull = await self._current_inbox()
         try:
             await self._probe(pull, demand, deadline)
             left = deadline - asyncio.get_running_loop().time()
-            if not self._held and left > 0:  # busy partitions' probes are still open, too
+            if not self._held and left > 0:  # busy partitions' requests are still open, too
                 body = json.dumps({"batch": 1, "expires": int(left * 1e9)}).encode()
-                for partition in sorted(pull.idle):
+                for partition in sorted(pull.idle - pull.open):
                     await self._request(pull, partition, body)
                 await self._until(lambda: bool(self._held), deadline)
         finally:
-            if pull.open or self._closed:
-                self._retire(pull.sub)
-            else:  # every request was answered: nothing can arrive on this inbox any more
-                self._inbox = pull.reset()
+            if self._closed:
+                self._retire_inbox()
+            elif pull.open:  # cancelled if no fetch comes soon (a saturated or stopped consumer)
+                loop = asyncio.get_running_loop()
+                self._idle_timer = loop.call_later(IDLE_SECONDS, self._retire_inbox)
+
+    async def _current_inbox(self) -> _Pull:
+        """The consumer's inbox; a new one after a reconnect (the server may have lost the
+        requests of the old one, whose partitions would then never be asked again)."""
+        pull = self._inbox
+        if pull is not None and pull.reconnects != self._nc.stats["reconnects"]:
+            self._retire_inbox()
+            pull = None
+        if pull is None:
+            pull = self._inbox = await self._open_inbox()
+        return pull.reset()
+
+    def _retire_inbox(self) -> None:
+        """Cancel the requests still open: unsubscribe the inbox; the next fetch opens another."""
+        self._idle_timer = None
+        if self._inbox is not None:
+            self._retire(self._inbox.sub)
+            self._inbox = None
 
     async def _open_inbox(self) -> _Pull:
         pull = _Pull(self._nc.new_inbox(), self._hold, self._changed)
+        pull.reconnects = self._nc.stats["reconnects"]
         pull.sub = await self._nc.subscribe(f"{pull.inbox}.*", cb=pull.on_reply)
         return pull
 
@@ -172,12 +202,15 @@ class NatsConsumer(TransportConsumer):
         """
         partitions = len(self._next_subjects)
         order = [(self._cursor + i) % partitions for i in range(partitions)]
+        order = [p for p in order if p not in pull.open]  # those reply here when they can
         order.sort(key=self._empty.__contains__)  # stable: the rotation order otherwise
         self._empty = pull.idle  # this fetch's answers decide the next one's order
         loop = asyncio.get_running_loop()
+        first = True
         while order and len(self._held) < demand and not self._closed:
-            if len(order) < partitions and loop.time() >= deadline:
+            if not first and loop.time() >= deadline:
                 return  # the first wave always goes out, even for a wait of 0
+            first = False
             size = demand - len(self._held)  # a wave leases at most what is still missing
             wave, order = order[:size], order[size:]
             self._cursor = (wave[-1] + 1) % partitions
@@ -235,6 +268,7 @@ class NatsConsumer(TransportConsumer):
             self._nc._remove_sub(sub._id)
 
     def _hold(self, msg: Any) -> None:
+        logger.debug("received %s", _message_id(msg))
         self._held.append((time.monotonic(), msg))
         if self._closed:
             self._release(lambda _: True)
@@ -350,6 +384,16 @@ class NatsConsumer(TransportConsumer):
     def extend_lease(self, message: QueueMessage) -> None:
         self._transport.run(message.native.in_progress())
 
+    def stop_fetching(self) -> None:
+        """Cancel the requests still open, so nothing more arrives while the loop drains."""
+        with contextlib.suppress(TransportError):
+            self._transport.run(self._stop_pulling())
+
+    async def _stop_pulling(self) -> None:
+        if self._idle_timer is not None:
+            self._idle_timer.cancel()
+        self._retire_inbox()
+
     def close(self) -> None:
         """Stop pulling, then give back what was received and not handed out."""
         if self._closed:
@@ -362,9 +406,7 @@ class NatsConsumer(TransportConsumer):
         self._changed.set()  # a fetch still waiting (closed from another thread) ends now
         if self._release_timer is not None:
             self._release_timer.cancel()
-        if self._inbox is not None:
-            self._retire(self._inbox.sub)
-            self._inbox = None
+        await self._stop_pulling()
         if self._acking:
             await asyncio.wait(set(self._acking), timeout=self._settings.request_timeout)
         if self._retiring:  # pull inboxes drained: nothing more can arrive
@@ -382,6 +424,7 @@ class _Pull:
     def __init__(self, inbox: str, hold: Callable[[Any], None], changed: asyncio.Event) -> None:
         self.inbox = inbox
         self.sub: Any = None
+        self.reconnects = 0  # the connection's reconnect count when the inbox was opened
         self.open: set[int] = set()  # partitions with a request not answered yet
         self.answered: set[int] = set()  # partitions that replied (a message or a status)
         self.idle: set[int] = set()  # partitions that had nothing for this request
@@ -391,7 +434,7 @@ class _Pull:
         self._changed = changed
 
     def reset(self) -> _Pull:
-        """Forget the last fetch's answers, to serve the next fetch on the same inbox."""
+        """Forget the last fetch's answers (not its open requests), to serve the next fetch."""
         self.answered.clear()
         self.idle = set()  # the consumer keeps the old set to order its next probes
         self.probing.clear()
