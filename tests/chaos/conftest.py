@@ -30,13 +30,8 @@ def _asked_for(config: pytest.Config) -> bool:
 #: Scenarios that still fail on the current code, with what is known of why. CI leaves them out
 #: (the rest must pass); ``CHAOS_KNOWN_GAPS=1`` runs them too, to work on them.
 KNOWN_GAPS = {
-    "nats-kill9": "intermittent (1 run in 4 on 2026-11-30): a few sessions unanswered at the cap "
-    "after stalls of one ack_wait (30 s); suspect a turn caught by two runner kills, or the same "
-    "unexplained NATS stall as nats-broker-restart (docs/chaos.md)",
-    "nats-broker-restart": "one session unanswered in one of two runs (intermittent; suspect "
-    "the nak/unsubscribe race of nats-server 2.9, see docs/transports.md)",
-    "kafka-sigterm-io": "Tansu: an output consumer closed while joining its group (the IO "
-    "process SIGTERMed 2.5 s after it started) leaves the group without an assignment for good",
+    "kafka-sigterm-io": "Tansu: two members leaving a group together leave the next two without "
+    "an assignment for longer than the cap (reproduced with confluent-kafka alone, docs/chaos.md)",
 }
 
 
