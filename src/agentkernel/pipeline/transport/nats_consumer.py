@@ -268,7 +268,8 @@ class NatsConsumer(TransportConsumer):
             self._nc._remove_sub(sub._id)
 
     def _hold(self, msg: Any) -> None:
-        logger.debug("received %s", _message_id(msg))
+        if logger.isEnabledFor(logging.DEBUG):  # the id is parsed from the reply subject
+            logger.debug("received %s", _message_id(msg))
         self._held.append((time.monotonic(), msg))
         if self._closed:
             self._release(lambda _: True)
