@@ -14,10 +14,11 @@ invocation runs out of time is it reported for a retry.
 from __future__ import annotations
 
 import asyncio
-import itertools
+import functools
 import logging
 import time
 from collections import defaultdict
+from collections.abc import Callable
 from typing import Any, ClassVar
 
 from agentkernel.aws.events import BadEvent, sqs_message
@@ -124,7 +125,7 @@ class LambdaSQSConsumer(QueueConsumer):
         return LeaseKeeper(f"lambda-{self.queue}-leases"), consumer
 
 
-def _out_of_time(context: Any) -> Any:
+def _out_of_time(context: Any) -> Callable[[], bool]:
     """A ``stopping()`` for :class:`OutageRetry`: true once the invocation must wrap up."""
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     seconds = (
@@ -138,13 +139,7 @@ def _out_of_time(context: Any) -> Any:
 
 async def _outlasting(outage: OutageRetry, fn: Any, message: QueueMessage) -> None:
     """Call ``fn``; while it fails on a store outage and time is left, call it again."""
-    for attempt in itertools.count():
-        try:
-            await _call(fn, message)
-            return
-        except Exception as exc:
-            if not await outage.wait_async(message, exc, attempt):
-                raise
+    await outage.call_async(message, functools.partial(_call, fn, message))
 
 
 async def _call(fn: Any, message: QueueMessage) -> None:

@@ -23,7 +23,6 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-import itertools
 import logging
 import threading
 import time
@@ -634,15 +633,7 @@ class ConsumerLoop:
 
     def _call(self, fn: Handler, message: QueueMessage) -> None:
         """Call ``fn`` on this thread; tried again in place while a store is down."""
-        for attempt in itertools.count():
-            try:
-                result = fn(message)
-                if inspect.isawaitable(result):
-                    asyncio.run(_await(result))
-                return
-            except Exception as exc:
-                if not self._outage.wait(message, exc, attempt):
-                    raise
+        self._outage.call(message, functools.partial(_run, fn, message))
 
     def _is_async(self, fn: Handler) -> bool:
         """Whether ``fn`` is async, known from construction for the two handlers (no inspect)."""
@@ -654,16 +645,8 @@ class ConsumerLoop:
 
     async def _acall(self, fn: Handler, message: QueueMessage, is_async: bool) -> None:
         """Await ``fn`` (a sync one on a worker thread); tried again while a store is down."""
-        for attempt in itertools.count():
-            try:
-                if is_async:
-                    await fn(message)
-                else:
-                    await asyncio.to_thread(fn, message)
-                return
-            except Exception as exc:
-                if not await self._outage.wait_async(message, exc, attempt):
-                    raise
+        work = functools.partial(fn, message) if is_async else _in_thread(fn, message)
+        await self._outage.call_async(message, work)
 
     def _track(self, consumer: TransportConsumer, message: QueueMessage) -> None:
         if self._leases is not None:
@@ -689,6 +672,17 @@ class ConsumerLoop:
 
 async def _await(awaitable: Awaitable[Any]) -> Any:
     return await awaitable
+
+
+def _run(fn: Handler, message: QueueMessage) -> None:
+    """Call ``fn`` on this thread, running it to the end if it returns an awaitable."""
+    result = fn(message)
+    if inspect.isawaitable(result):
+        asyncio.run(_await(result))
+
+
+def _in_thread(fn: Handler, message: QueueMessage) -> Callable[[], Awaitable[Any]]:
+    return lambda: asyncio.to_thread(fn, message)
 
 
 class QueueConsumer(ABC):

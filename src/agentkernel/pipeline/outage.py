@@ -13,8 +13,9 @@ through or the loop stops (then the failure is handed back like any other).
 
 from __future__ import annotations
 
+import itertools
 import logging
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 
 from agentkernel.core.errors import StoreUnavailableError
 from agentkernel.core.log_limit import RateLimitedLog
@@ -43,6 +44,26 @@ class OutageRetry:
     def delay(attempt: int) -> float:
         """Seconds before try ``attempt + 2`` (``attempt`` counts from 0)."""
         return backoff(OUTAGE_RETRY_SECONDS, MAX_OUTAGE_RETRY_SECONDS, attempt)
+
+    def call(self, message: QueueMessage, fn: Callable[[], object]) -> None:
+        """From a consumer thread: ``fn()``, called again while it fails on a store outage."""
+        for attempt in itertools.count():
+            try:
+                fn()
+                return
+            except Exception as exc:
+                if not self.wait(message, exc, attempt):
+                    raise
+
+    async def call_async(self, message: QueueMessage, fn: Callable[[], Awaitable[object]]) -> None:
+        """From a message's task: as :meth:`call`, awaiting ``fn()``."""
+        for attempt in itertools.count():
+            try:
+                await fn()
+                return
+            except Exception as exc:
+                if not await self.wait_async(message, exc, attempt):
+                    raise
 
     def wait(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:
         """From a consumer thread: wait before trying again; ``False``: hand the failure on."""
