@@ -77,6 +77,29 @@ def test_unreachable_redis_raises_session_store_errors() -> None:
         store.ping()
 
 
+@pytest.mark.parametrize(
+    ("code", "status", "unavailable"),
+    [
+        ("ThrottlingException", 400, True),
+        ("ProvisionedThroughputExceededException", 400, True),
+        ("InternalServerError", 500, True),
+        ("ValidationException", 400, False),
+    ],
+)
+def test_dynamodb_session_errors_are_classified_as_the_response_stores_are(
+    code: str, status: int, unavailable: bool
+) -> None:
+    """Throttling and server errors are outages to wait out, for sessions as for replies."""
+    from botocore.exceptions import ClientError
+
+    from agentkernel.session.dynamodb import _mapped
+
+    error = ClientError(
+        {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetItem"
+    )
+    assert isinstance(_mapped(error, "read"), SessionStoreUnavailableError) is unavailable
+
+
 def test_unreachable_redis_is_an_outage_worth_waiting_out() -> None:
     """The consumer loop retries a message in place, keeping its deliveries, on this error."""
     store = RedisSessionStore("redis://127.0.0.1:1/0")

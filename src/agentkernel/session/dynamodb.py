@@ -8,14 +8,14 @@ import math
 import time
 
 import boto3
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError
-from botocore.exceptions import ConnectionError as EndpointError
+from botocore.exceptions import BotoCoreError, ClientError
 
 from agentkernel.core.errors import (
     SessionStoreError,
     SessionStoreUnavailableError,
     StaleSessionError,
 )
+from agentkernel.pipeline.response_store.dynamodb import unavailable
 from agentkernel.session.base import SessionRecord, SessionStore
 
 _ERRORS = (BotoCoreError, ClientError)
@@ -85,7 +85,7 @@ class DynamoDBSessionStore(SessionStore):
 
 
 def _mapped(exc: Exception, what: str) -> SessionStoreError:
-    """An endpoint that cannot be reached, or a lost connection, is worth retrying."""
-    unreachable = isinstance(exc, (EndpointError, HTTPClientError))
-    kind = SessionStoreUnavailableError if unreachable else SessionStoreError
+    """Throttling, a server error or an unreachable endpoint is worth retrying (as for the
+    response store); anything else is not."""
+    kind = SessionStoreUnavailableError if unavailable(exc) else SessionStoreError
     return kind(f"{what}: {exc}")

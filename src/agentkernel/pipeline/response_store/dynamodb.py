@@ -199,20 +199,23 @@ def _code(exc: ClientError) -> str:
     return str(exc.response.get("Error", {}).get("Code", ""))
 
 
+def unavailable(exc: Exception) -> bool:
+    """Whether a botocore error says DynamoDB cannot serve the call right now (throttled, a
+    server error, unreachable): worth retrying, unlike a bad request."""
+    if isinstance(exc, ClientError):
+        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
+        return _code(exc) in _TRANSIENT_CODES or status >= 500
+    return isinstance(exc, (EndpointError, HTTPClientError))
+
+
 @contextmanager
 def _dynamodb_errors(operation: str) -> Iterator[None]:
     """Map botocore exceptions (and undecodable items) to the store's errors."""
     try:
         yield
     except ClientError as exc:
-        error = exc.response.get("Error", {})
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        kind = (
-            StoreUnavailableError
-            if error.get("Code") in _TRANSIENT_CODES or status >= 500
-            else ResponseStoreError
-        )
-        raise kind(f"DynamoDB {operation} failed: {error.get('Code', exc)}") from exc
+        kind = StoreUnavailableError if unavailable(exc) else ResponseStoreError
+        raise kind(f"DynamoDB {operation} failed: {_code(exc) or exc}") from exc
     except (EndpointError, HTTPClientError) as exc:
         raise StoreUnavailableError(f"DynamoDB {operation} failed: {exc}") from exc
     except BotoCoreError as exc:
