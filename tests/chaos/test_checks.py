@@ -68,10 +68,10 @@ def test_answers_are_told_apart(status: int, body: object, outcome: str) -> None
 
 def test_a_slow_turns_timeline_shows_its_partitions_changes_and_the_faults(tmp_path: Path) -> None:
     from agentkernel.pipeline.transport.nats import partition_of
-    from tests.chaos.trace import NatsTrace, Row, write_timelines
+    from tests.chaos.trace import PARTITIONS, NatsTrace, Row, write_timelines
 
-    partition = partition_of("s", 32)
-    other = (partition + 1) % 32
+    partition = partition_of("s", PARTITIONS)
+    other = (partition + 1) % PARTITIONS
     trace = NatsTrace("http://127.0.0.1:9", tmp_path / "trace.jsonl")
     state = {"delivered": 7, "ack_floor": 6, "num_ack_pending": 1, "num_redelivered": 0}
     trace.rows = [

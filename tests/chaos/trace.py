@@ -19,12 +19,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from agentkernel.core.config import NatsQueueConfig
 from agentkernel.pipeline.transport.nats import partition_of
 from tests.chaos.workload import Turn
 
 POLL_SECONDS = 0.25
 SLOW_SECONDS = 20.0
-PARTITIONS = 32  # the product's default ``partitions``; the suite does not change it
+PARTITIONS = NatsQueueConfig().partitions  # the product's default; the suite keeps it
 FIELDS = ("delivered", "ack_floor", "num_ack_pending", "num_redelivered", "num_waiting")
 
 

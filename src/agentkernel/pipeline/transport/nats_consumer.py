@@ -160,7 +160,7 @@ class NatsConsumer(TransportConsumer):
             left = deadline - asyncio.get_running_loop().time()
             if not self._held and left > 0:  # busy partitions' requests are still open, too
                 body = json.dumps({"batch": 1, "expires": int(left * 1e9)}).encode()
-                for partition in sorted(pull.idle - pull.open):
+                for partition in sorted(pull.idle):
                     await self._request(pull, partition, body)
                 await self._until(lambda: bool(self._held), deadline)
         finally:
