@@ -11,7 +11,7 @@ from fastapi import Request
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.request_handler import parse_chat
 
 

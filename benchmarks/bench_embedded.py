@@ -31,10 +31,10 @@ import psutil
 from agentkernel import Agent, AgentRegistry, Turn
 from agentkernel.core.config import QueuesConfig, RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
-from agentkernel.session.in_memory import InMemorySessionStore
 
 HERE = Path(__file__).parent
 

@@ -26,11 +26,11 @@ import psutil
 from agentkernel import Agent, AgentRegistry, Turn
 from agentkernel.core.config import QueuesConfig, RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.event_loop import LoopThread
-from agentkernel.pipeline.in_loop import InLoopConsumer
+from agentkernel.pipeline.process.event_loop import LoopThread
+from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
-from agentkernel.session.in_memory import InMemorySessionStore
 
 
 async def sleeper(turn: Turn) -> str:

@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from agentkernel.core.config import NatsQueueConfig
-from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 

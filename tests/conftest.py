@@ -11,7 +11,7 @@ pytest.register_assert_rewrite(
 )
 
 from agentkernel.core.config import AKConfig  # noqa: E402
-from agentkernel.pipeline.thread_runner import ThreadRunner  # noqa: E402
+from agentkernel.pipeline.process.thread_runner import ThreadRunner  # noqa: E402
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport  # noqa: E402
 
 

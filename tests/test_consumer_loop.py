@@ -17,8 +17,8 @@ from agentkernel.core.errors import (
     StoreUnavailableError,
     TransportError,
 )
-from agentkernel.pipeline import outage
-from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.consumer import outage
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
@@ -416,10 +416,10 @@ def test_repeated_failures_are_logged_once_per_interval(caplog: pytest.LogCaptur
 
     for i in range(40):
         send(transport, str(i), group=f"g{i}")
-    caplog.set_level(logging.WARNING, logger="agentkernel.pipeline.consumer")
+    caplog.set_level(logging.WARNING, logger="agentkernel.pipeline.consumer.loop")
     with Runner(make_loop(transport, fail, retry_backoff=0, max_receive_count=100)):
         wait_until(lambda: len(attempts) >= 200)
-    lines = [r for r in caplog.records if r.name == "agentkernel.pipeline.consumer"]
+    lines = [r for r in caplog.records if r.name == "agentkernel.pipeline.consumer.loop"]
     assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines]  # first one, then a summary
     assert "more like it" in lines[-1].getMessage()
 
@@ -533,7 +533,7 @@ def test_run_closes_the_given_clients_in_order_after_the_drain() -> None:
 
 def test_retry_delay_doubles_per_delivery_up_to_the_cap() -> None:
     from agentkernel.core.log_limit import RateLimitedLog
-    from agentkernel.pipeline.redelivery import Redelivery
+    from agentkernel.pipeline.consumer.redelivery import Redelivery
 
     redelivery = Redelivery(
         "q",

@@ -11,8 +11,8 @@ CORE_MODULES = (
     "agentkernel.core.config",
     "agentkernel.pipeline",
     "agentkernel.pipeline.envelope",
-    "agentkernel.pipeline.consumer",
-    "agentkernel.pipeline.thread_runner",
+    "agentkernel.pipeline.consumer.loop",
+    "agentkernel.pipeline.process.thread_runner",
     "agentkernel.pipeline.transport.base",
     "agentkernel.pipeline.transport.in_memory",
 )

@@ -7,9 +7,9 @@ from collections import defaultdict
 
 import pytest
 
-from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.in_loop import InLoopConsumer
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport, ManualClock
 
 WAIT = 5.0  # bound of every wait in these tests; none is expected to take it

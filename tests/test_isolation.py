@@ -6,7 +6,7 @@ import asyncio
 import threading
 import time
 
-from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
 

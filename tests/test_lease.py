@@ -5,8 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.lease import LeaseKeeper
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 

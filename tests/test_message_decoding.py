@@ -13,8 +13,8 @@ from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.response_handler import ResponseHandler, record_of
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
+from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
-from agentkernel.session.in_memory import InMemorySessionStore
 
 
 @pytest.fixture
@@ -142,7 +142,7 @@ def test_a_failing_output_message_still_answers_the_caller(transport: InMemoryTr
 def test_components_use_the_empty_stores_they_are_given(transport: InMemoryTransport) -> None:
     """Regression: empty in-memory stores are falsy (``__len__``) and were once replaced."""
     from agentkernel.core.config import AKConfig
-    from agentkernel.pipeline.io_handler import IOHandler
+    from agentkernel.pipeline.process.io_handler import IOHandler
 
     store, sessions = InMemoryResponseStore(), InMemorySessionStore()
     handler = IOHandler(AKConfig.load(), transport=transport, store=store, with_runner=False)

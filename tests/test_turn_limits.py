@@ -15,9 +15,9 @@ from agentkernel import Agent, AgentRegistry
 from agentkernel.core.config import QueuesConfig, RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
-from agentkernel.pipeline.event_loop import LoopThread, StallWatchdog
+from agentkernel.pipeline.process.event_loop import LoopThread, StallWatchdog
+from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
-from agentkernel.session.in_memory import InMemorySessionStore
 
 
 async def sleepy(turn):  # type: ignore[no-untyped-def]
@@ -103,7 +103,7 @@ def test_a_blocked_event_loop_is_reported_with_the_agent_and_request(
     async def blocking_agent(turn: Turn) -> None:
         time.sleep(0.5)  # the mistake the watchdog is there to catch
 
-    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.event_loop"):
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.process.event_loop"):
         loop.run(blocking_agent(Turn("p", "s", "req-blocking", "blocker")), timeout=5)
         deadline = time.monotonic() + 3
         while len(caplog.records) < 2 and time.monotonic() < deadline:
@@ -121,7 +121,7 @@ def test_a_busy_but_yielding_loop_is_not_reported(caplog: pytest.LogCaptureFixtu
         for _ in range(20):
             await asyncio.sleep(0.02)
 
-    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.event_loop"):
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.process.event_loop"):
         loop.run(polite(), timeout=5)
     loop.stop()
     assert caplog.records == []

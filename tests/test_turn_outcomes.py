@@ -21,11 +21,11 @@ from agentkernel.core.config import QueuesConfig, RunnerConfig
 from agentkernel.core.errors import MessageRejectedError, StaleSessionError
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.session_store import SessionStore
+from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
+from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
+from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
-from agentkernel.session import SessionStore
-from agentkernel.session.dynamodb import DynamoDBSessionStore
-from agentkernel.session.in_memory import InMemorySessionStore
-from agentkernel.session.redis import RedisSessionStore
 from tests.stores.test_response_stores import create_table
 
 REPLY_LIMIT = 10_000

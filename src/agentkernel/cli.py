@@ -73,7 +73,7 @@ def _configure(args: argparse.Namespace) -> None:
 
 
 def _serve(args: argparse.Namespace, with_runner: bool) -> None:
-    from agentkernel.pipeline.io_handler import IOHandler
+    from agentkernel.pipeline.process.io_handler import IOHandler
 
     _configure(args)
     if not with_runner:

@@ -14,7 +14,7 @@ import pytest
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # no trace export: no network here
 
 from agentkernel import AgentRegistry
-from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.testing.fake_openai import FakeOpenAI
 from tests.adapters.apps import register
 from tests.api.conftest import Server, make_config, poll

@@ -13,8 +13,8 @@ import pytest
 
 from agentkernel import Agent, AgentRegistry, RetryableError
 from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.io_handler import IOHandler
-from agentkernel.pipeline.metrics import METRICS
+from agentkernel.pipeline.process.io_handler import IOHandler
+from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
 

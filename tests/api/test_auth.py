@@ -21,7 +21,7 @@ from websockets.exceptions import InvalidStatus
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.core.config import AuthConfig
-from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.process.io_handler import IOHandler
 
 from .conftest import Server, make_config, poll
 

@@ -11,7 +11,7 @@ import pytest
 from agentkernel.client import ChatClient, ChatError
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport

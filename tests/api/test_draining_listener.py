@@ -35,7 +35,7 @@ def _hammer(url: str, stop: threading.Event, seen: Counter[str], lock: threading
 
 
 def test_no_connection_is_cut_while_the_server_stops() -> None:
-    from agentkernel.pipeline.io_handler import IOHandler
+    from agentkernel.pipeline.process.io_handler import IOHandler
 
     handler = IOHandler(make_config(), registry=registry(), with_runner=True)
     server = Server(handler)

@@ -16,7 +16,7 @@ import pytest
 import websockets.sync.client as ws_client
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.process.io_handler import IOHandler
 
 from .conftest import Server, make_config, poll
 

@@ -9,7 +9,7 @@ import yaml
 from kubernetes_validate import SchemaNotFoundError, validate
 
 from agentkernel.core.config import AKConfig
-from agentkernel.pipeline import io_handler
+from agentkernel.pipeline.process import io_handler
 from tests.deploy import artifacts as a
 
 KUBERNETES_VERSION = "1.30.0"  # oldest minor still in the providers' support windows

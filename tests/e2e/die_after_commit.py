@@ -2,7 +2,7 @@
 
 import os
 
-from agentkernel.session.redis import RedisSessionStore
+from agentkernel.pipeline.session_store.redis import RedisSessionStore
 
 
 class DieAfterCommit(RedisSessionStore):

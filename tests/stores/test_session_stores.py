@@ -14,12 +14,12 @@ from agentkernel.core.errors import (
     SessionStoreUnavailableError,
     StoreUnavailableError,
 )
-from agentkernel.session import SessionStore, create_session_store
-from agentkernel.session.base import SessionRecord
-from agentkernel.session.dynamodb import DynamoDBSessionStore
-from agentkernel.session.in_memory import InMemorySessionStore
-from agentkernel.session.redis import RedisSessionStore
-from agentkernel.session.testing import SessionStoreContract
+from agentkernel.pipeline.session_store import SessionStore, create_session_store
+from agentkernel.pipeline.session_store.base import SessionRecord
+from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
+from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
+from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from agentkernel.pipeline.session_store.testing import SessionStoreContract
 
 from .test_response_stores import create_table
 
@@ -92,7 +92,7 @@ def test_dynamodb_session_errors_are_classified_as_the_response_stores_are(
     """Throttling and server errors are outages to wait out, for sessions as for replies."""
     from botocore.exceptions import ClientError
 
-    from agentkernel.session.dynamodb import _mapped
+    from agentkernel.pipeline.session_store.dynamodb import _mapped
 
     error = ClientError(
         {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetItem"

@@ -86,7 +86,7 @@ import time  # noqa: E402
 from collections import defaultdict  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from agentkernel.pipeline.consumer import ConsumerLoop  # noqa: E402
+from agentkernel.pipeline.consumer.loop import ConsumerLoop  # noqa: E402
 from agentkernel.pipeline.transport.bookkeeping import (  # noqa: E402
     BookkeepingStore,
     RedisBookkeepingStore,

@@ -16,7 +16,7 @@ import pytest
 
 from agentkernel.core.config import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
-from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer

@@ -13,13 +13,13 @@ from agentkernel.aws.settings import ecs_config
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.consumer import QueueConsumer
+from agentkernel.pipeline.consumer.loop import QueueConsumer
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.io_handler import IOHandler
+from agentkernel.pipeline.process.io_handler import IOHandler
+from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import create_response_store
-from agentkernel.pipeline.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.base import (
     QueueTransport,
     QueueTransportFactory,

@@ -6,9 +6,9 @@ records of one session in order; once a record of a session fails, that session'
 records are reported too without being run, so FIFO order survives the retry.
 
 A record whose handler fails because a store cannot be reached is tried again in the same
-invocation (as the container loops do, :mod:`agentkernel.pipeline.outage`) while the function has
-time left, so a store outage of a few seconds does not spend its deliveries; only when the
-invocation runs out of time is it reported for a retry.
+invocation (as the container loops do, :mod:`agentkernel.pipeline.consumer.outage`) while the
+function has time left, so a store outage of a few seconds does not spend its deliveries; only
+when the invocation runs out of time is it reported for a retry.
 """
 
 from __future__ import annotations
@@ -23,10 +23,10 @@ from typing import Any, ClassVar
 
 from agentkernel.aws.events import BadEvent, sqs_message
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer import QueueConsumer, is_async_callable
+from agentkernel.pipeline.consumer.lease import LeaseKeeper
+from agentkernel.pipeline.consumer.loop import QueueConsumer, is_async_callable
+from agentkernel.pipeline.consumer.outage import OutageRetry
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.lease import LeaseKeeper
-from agentkernel.pipeline.outage import OutageRetry
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
 logger = logging.getLogger(__name__)

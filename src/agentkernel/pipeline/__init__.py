@@ -10,18 +10,18 @@ from typing import TYPE_CHECKING
 from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
+    from agentkernel.pipeline.consumer.loop import ConsumerLoop, QueueConsumer
     from agentkernel.pipeline.envelope import QueueMessage, QueueName
-    from agentkernel.pipeline.thread_runner import ThreadRunner
+    from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
 __all__ = ["ConsumerLoop", "QueueConsumer", "QueueMessage", "QueueName", "ThreadRunner"]
 
 _LAZY = {
-    "ConsumerLoop": "agentkernel.pipeline.consumer",
-    "QueueConsumer": "agentkernel.pipeline.consumer",
+    "ConsumerLoop": "agentkernel.pipeline.consumer.loop",
+    "QueueConsumer": "agentkernel.pipeline.consumer.loop",
     "QueueMessage": "agentkernel.pipeline.envelope",
     "QueueName": "agentkernel.pipeline.envelope",
-    "ThreadRunner": "agentkernel.pipeline.thread_runner",
+    "ThreadRunner": "agentkernel.pipeline.process.thread_runner",
 }
 
 

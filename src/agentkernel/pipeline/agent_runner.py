@@ -39,6 +39,7 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkernel.core.agent import Agent, AgentRegistry, Turn
+from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig, QueuesConfig, RunnerConfig
 from agentkernel.core.errors import (
     AgentNotFoundError,
@@ -46,8 +47,7 @@ from agentkernel.core.errors import (
     RetryableError,
     StaleSessionError,
 )
-from agentkernel.pipeline.blocking import call
-from agentkernel.pipeline.consumer import ConsumerLoop, QueueConsumer
+from agentkernel.pipeline.consumer.loop import ConsumerLoop, QueueConsumer
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_CONNECTION_ID,
@@ -61,10 +61,15 @@ from agentkernel.pipeline.envelope import (
     QueueName,
 )
 from agentkernel.pipeline.frames import chunk_frame
-from agentkernel.pipeline.metrics import METRICS
-from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.process.thread_runner import ThreadRunner
+from agentkernel.pipeline.session_store import (
+    SessionRecord,
+    SessionStore,
+    TurnOutcome,
+    create_session_store,
+)
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
-from agentkernel.session import SessionRecord, SessionStore, TurnOutcome, create_session_store
 
 logger = logging.getLogger(__name__)
 

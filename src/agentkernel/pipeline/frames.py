@@ -13,7 +13,7 @@ import time
 from collections.abc import AsyncIterator
 from typing import Any
 
-from agentkernel.pipeline.blocking import call
+from agentkernel.core.blocking import call
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
 
 STREAM_CHUNK = "STREAM_CHUNK"

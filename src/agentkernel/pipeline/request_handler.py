@@ -26,11 +26,11 @@ from fastapi import FastAPI, Request, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse, Response
 
 from agentkernel.core.agent import AgentRegistry
+from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import MessageRejectedError, ResponseStoreError, StoreUnavailableError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.admission import admit, missing_reply
-from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.chat import (
     ChatRequest,
     HTTPError,
@@ -49,9 +49,9 @@ from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_se
 from agentkernel.pipeline.http.auth import IDENTITY, Authenticator, AuthMiddleware
 from agentkernel.pipeline.http.errors import install_error_handlers
 from agentkernel.pipeline.http.websocket import ChatSocket
-from agentkernel.pipeline.metrics import METRICS
+from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
-from agentkernel.pipeline.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.base import QueueTransport
 
 __all__ = ["CHAT_PATH", "ChatRequest", "HTTPError", "RequestHandler", "parse_chat"]

@@ -14,9 +14,9 @@ from __future__ import annotations
 import json
 import logging
 
+from agentkernel.core.blocking import nonblocking_async
 from agentkernel.core.config import AKConfig, QueuesConfig
-from agentkernel.pipeline.blocking import nonblocking_async
-from agentkernel.pipeline.consumer import (
+from agentkernel.pipeline.consumer.loop import (
     DRAIN_TIMEOUT_SECONDS,
     ConsumerLoop,
     Handler,

@@ -13,7 +13,7 @@ from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from agentkernel.pipeline.chat import HTTPError
-from agentkernel.pipeline.metrics import METRICS
+from agentkernel.pipeline.process.metrics import METRICS
 
 __all__ = ["install_error_handlers"]
 

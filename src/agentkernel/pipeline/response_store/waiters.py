@@ -8,7 +8,7 @@ from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 
-from agentkernel.pipeline.event_loop import resolve_soon
+from agentkernel.pipeline.process.event_loop import resolve_soon
 
 
 class WaiterRegistry:

@@ -29,7 +29,7 @@ from typing import ClassVar
 from agentkernel.core.config import InMemoryQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.event_loop import resolve_soon
+from agentkernel.pipeline.process.event_loop import resolve_soon
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
 Clock = Callable[[], float]

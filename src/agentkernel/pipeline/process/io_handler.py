@@ -18,7 +18,7 @@ Shutdown (SIGTERM/SIGINT) is ordered so nothing in hand is lost and every wait i
    process exits 0.
 
 On the in-memory transport the runner and the response handler consume on the HTTP server's
-event loop (:mod:`agentkernel.pipeline.in_loop`) rather than on consumer threads, so a turn
+event loop (:mod:`agentkernel.pipeline.consumer.in_loop`) rather than on consumer threads, so a turn
 crosses no thread between the request and its reply.
 """
 
@@ -35,12 +35,13 @@ import uvicorn
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.agent_runner import AgentRunner, error_doc
-from agentkernel.pipeline.consumer import ConsumerLoop
+from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
-from agentkernel.pipeline.event_loop import StallWatchdog
 from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections
-from agentkernel.pipeline.in_loop import InLoopConsumer
-from agentkernel.pipeline.metrics import METRICS
+from agentkernel.pipeline.process.event_loop import StallWatchdog
+from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.process.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import (
@@ -48,7 +49,6 @@ from agentkernel.pipeline.response_store import (
     ResponseStore,
     create_response_store,
 )
-from agentkernel.pipeline.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 

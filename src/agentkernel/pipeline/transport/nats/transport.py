@@ -16,7 +16,7 @@ back, so a server-side cap could stop a turn before the consumer loop answers it
 
 nats-py is asyncio-only: every call runs on one event-loop thread per server URL, shared by all
 transports and consumers of the process (:meth:`NatsTransport.reset` closes them for tests).
-The consumer, which pulls only while a fetch asks, is in :mod:`.nats_consumer`.
+The consumer, which pulls only while a fetch asks, is in :mod:`.consumer`.
 """
 
 from __future__ import annotations
@@ -41,9 +41,9 @@ from agentkernel.core.config import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.event_loop import LoopThread
+from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
-from agentkernel.pipeline.transport.nats_consumer import (
+from agentkernel.pipeline.transport.nats.consumer import (
     CLIENT_ERRORS,
     ENVELOPE_HEADER,
     NatsConsumer,

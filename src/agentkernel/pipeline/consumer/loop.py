@@ -10,9 +10,9 @@ A fetch may return several messages of one group (SQS FIFO batches do); the loop
 each only after the previous one of its group has been settled.
 
 Failures cost little: a failed message is handed back after a delay that doubles with each
-delivery (see :mod:`agentkernel.pipeline.redelivery`), one that failed because a store is
+delivery (see :mod:`agentkernel.pipeline.consumer.redelivery`), one that failed because a store is
 unreachable is tried again in place without spending a delivery (see
-:mod:`agentkernel.pipeline.outage`), repeated failures are logged once per interval with a
+:mod:`agentkernel.pipeline.consumer.outage`), repeated failures are logged once per interval with a
 count, and a consumer that cannot be created is created again with back-off.
 Every shutdown wait is bounded by ``drain_timeout``; what is still unfinished then is logged by
 request id and handed back to the broker.
@@ -31,21 +31,21 @@ from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
 
+from agentkernel.core.blocking import call
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.blocking import call
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
-from agentkernel.pipeline.event_loop import LoopThread
-from agentkernel.pipeline.lease import LeaseKeeper
-from agentkernel.pipeline.metrics import METRICS
-from agentkernel.pipeline.outage import OutageRetry
-from agentkernel.pipeline.redelivery import (
+from agentkernel.pipeline.consumer.lease import LeaseKeeper
+from agentkernel.pipeline.consumer.outage import OutageRetry
+from agentkernel.pipeline.consumer.redelivery import (
     MAX_RETRY_BACKOFF_SECONDS,
     RETRY_BACKOFF_SECONDS,
     STOP_CHECK_SECONDS,
     Redelivery,
 )
-from agentkernel.pipeline.thread_runner import ThreadRunner, close_in_order
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.process.event_loop import LoopThread
+from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.process.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 logger = logging.getLogger(__name__)
@@ -534,7 +534,7 @@ class ConsumerLoop:
             self.release_resources()
             self._idle.set()
 
-    # -- driven from an event loop (see :mod:`agentkernel.pipeline.in_loop`) -----------------
+    # -- driven from an event loop (see :mod:`.in_loop`) -----------------------------------------
 
     def handling(self, consumer: TransportConsumer, message: QueueMessage) -> Awaitable[None]:
         """The whole handling of one fetched message, to run on the caller's event loop.

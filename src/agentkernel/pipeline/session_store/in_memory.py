@@ -7,7 +7,7 @@ import time
 from collections import OrderedDict
 
 from agentkernel.core.errors import StaleSessionError
-from agentkernel.session.base import SessionRecord, SessionStore
+from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
 
 
 class InMemorySessionStore(SessionStore):

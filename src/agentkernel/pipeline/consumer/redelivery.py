@@ -17,10 +17,10 @@ import time
 from collections.abc import Callable
 from concurrent.futures import Future
 
+from agentkernel.core.blocking import call
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.blocking import call
 from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.event_loop import LoopThread
+from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 logger = logging.getLogger(__name__)

@@ -22,8 +22,8 @@ from typing import TYPE_CHECKING, Any
 from nats.errors import Error as NatsError
 
 from agentkernel.core.errors import TransportClosedError, TransportError
+from agentkernel.pipeline.consumer.redelivery import backoff
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.redelivery import backoff
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 if TYPE_CHECKING:

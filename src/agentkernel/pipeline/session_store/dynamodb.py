@@ -16,7 +16,7 @@ from agentkernel.core.errors import (
     StaleSessionError,
 )
 from agentkernel.pipeline.response_store.dynamodb import unavailable
-from agentkernel.session.base import SessionRecord, SessionStore
+from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
 
 _ERRORS = (BotoCoreError, ClientError)
 

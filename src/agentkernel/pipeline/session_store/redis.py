@@ -13,7 +13,7 @@ from agentkernel.core.errors import (
     SessionStoreUnavailableError,
     StaleSessionError,
 )
-from agentkernel.session.base import SessionRecord, SessionStore
+from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
 
 # Returns -1 when written, else the version found (the caller's read is stale).
 _COMPARE_AND_SET = """

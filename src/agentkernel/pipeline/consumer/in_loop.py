@@ -22,9 +22,9 @@ import threading
 from collections.abc import Callable
 
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer import DRAIN_TIMEOUT_SECONDS, ConsumerLoop
+from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
-from agentkernel.pipeline.thread_runner import ThreadRunner
+from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 
 logger = logging.getLogger(__name__)
