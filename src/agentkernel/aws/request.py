@@ -37,7 +37,7 @@ from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import (
     MessageRejectedError,
-    ResponseStoreError,
+    StoreError,
     StoreUnavailableError,
 )
 from agentkernel.pipeline.admission import admit, missing_reply
@@ -119,7 +119,7 @@ class Lambda:
             return http_response(400, {"error": "BAD_EVENT", "message": str(exc)})
         except HTTPError as exc:
             return http_response(exc.status, exc.doc, exc.headers or None)
-        except ResponseStoreError as exc:
+        except StoreError as exc:
             logger.warning("response store failed: %s", exc)
             return _store_failure(exc)
         except Exception:
@@ -170,7 +170,7 @@ class Lambda:
         wait = config.execution.response_store.sync_wait(config.api.sync_timeout, store.pushes)
         try:
             record = _wait(store, request_id, _budget(wait, context))
-        except ResponseStoreError as exc:  # the turn is queued: say where to read its reply
+        except StoreError as exc:  # the turn is queued: say where to read its reply
             logger.warning("response store failed for request %s: %s", request_id, exc)
             return _store_failure(exc, chat.session_id, request_id)
         if record is None:
@@ -275,9 +275,7 @@ def _record_answer(record: ResponseRecord) -> dict[str, Any]:
     return http_response(record.status_code, record.body)
 
 
-def _store_failure(
-    exc: ResponseStoreError, session_id: str = "", request_id: str = ""
-) -> dict[str, Any]:
+def _store_failure(exc: StoreError, session_id: str = "", request_id: str = "") -> dict[str, Any]:
     """503 ``STORE_UNAVAILABLE`` (retry later) or 500 ``STORE_ERROR``; for a turn that is already
     queued, with its ``request_id`` and a ``Location`` to poll."""
     headers: dict[str, str] = {}

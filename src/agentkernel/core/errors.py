@@ -5,11 +5,12 @@
      +-- TransportError           a queue broker failed or refused an operation
      |    +-- TransportClosedError      the consumer or transport was already closed
      |    +-- MessageRejectedError      the message breaks a broker limit (size, attributes)
-     +-- ResponseStoreError       the response or session store failed
+     +-- StoreError               a response or session store failed
+     |    +-- StoreUnavailableError     a store could not be reached; retry later
+     |    +-- ResponseStoreError        the response store failed
      |    +-- SessionStoreError         the session store failed
-     |    |    +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
-     |    |    +-- SessionStoreUnavailableError   (also a StoreUnavailableError)
-     |    +-- StoreUnavailableError     the store could not be reached; retry later
+     |         +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
+     |         +-- SessionStoreUnavailableError   (also a StoreUnavailableError)
      +-- AgentNotFoundError       no agent with the requested name is registered
      +-- RetryableError           raised by an agent: run this turn again later
 
@@ -40,11 +41,20 @@ class MessageRejectedError(TransportError):
     """The message breaks a limit of the broker (size, number of attributes) and was not sent."""
 
 
-class ResponseStoreError(AgentKernelError):
+class StoreError(AgentKernelError):
     """A response or session store operation failed."""
 
 
-class SessionStoreError(ResponseStoreError):
+class StoreUnavailableError(StoreError):
+    """A store could not be reached or did not answer in time; worth retrying."""
+
+
+class ResponseStoreError(StoreError):
+    """A response store operation failed (an unreachable one raises
+    :class:`StoreUnavailableError`)."""
+
+
+class SessionStoreError(StoreError):
     """The session store could not read or commit a session."""
 
 
@@ -62,10 +72,6 @@ class RetryableError(AgentKernelError):
     Any other exception an agent raises ends the turn with an error reply (status 500) and is
     not retried: retrying a deterministic failure only burns model tokens.
     """
-
-
-class StoreUnavailableError(ResponseStoreError):
-    """The response store could not be reached or did not answer in time; worth retrying."""
 
 
 class SessionStoreUnavailableError(SessionStoreError, StoreUnavailableError):

@@ -14,7 +14,7 @@ from __future__ import annotations
 import logging
 import secrets
 
-from agentkernel.core.errors import ResponseStoreError
+from agentkernel.core.errors import StoreError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.chat import ChatRequest, HTTPError, fingerprint
 from agentkernel.pipeline.response_store.base import ResponseStore, TurnTicket
@@ -38,7 +38,7 @@ def admit(store: ResponseStore, chat: ChatRequest, request_id: str, owner: str |
     ticket = TurnTicket(request_id, chat.session_id, fingerprint(chat), owner)
     try:
         kept = store.accept(ticket)
-    except ResponseStoreError as exc:
+    except StoreError as exc:
         _log.log(
             logging.WARNING,
             f"ticket:{type(exc).__name__}",
@@ -64,7 +64,7 @@ def missing_reply(
     this caller's turn was accepted and has not answered yet, ``NOT_FOUND`` otherwise.
 
     Raises:
-        ResponseStoreError: the store could not be read.
+        StoreError: the store could not be read.
     """
     ticket = store.ticket(request_id)
     if (

@@ -28,7 +28,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse, Response
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig
-from agentkernel.core.errors import MessageRejectedError, ResponseStoreError, StoreUnavailableError
+from agentkernel.core.errors import MessageRejectedError, StoreError, StoreUnavailableError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.admission import admit, missing_reply
 from agentkernel.pipeline.chat import (
@@ -209,7 +209,7 @@ class RequestHandler:
         """The stored reply of ``turn``; a store failure becomes an answer saying where to poll."""
         try:
             return await asyncio.to_thread(self.store.get, turn.request_id)
-        except ResponseStoreError as exc:
+        except StoreError as exc:
             raise self._store_error(turn, exc) from exc
 
     async def _wait(self, turn: _Turn) -> ResponseRecord | None:
@@ -229,7 +229,7 @@ class RequestHandler:
             await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
             if waiting.done():
                 return waiting.result()
-        except ResponseStoreError as exc:
+        except StoreError as exc:
             raise self._store_error(turn, exc) from exc
         finally:
             waiting.cancel()
@@ -241,7 +241,7 @@ class RequestHandler:
             "the server is shutting down; the turn is queued, poll the Location for its reply",
         )
 
-    def _store_error(self, turn: _Turn, exc: ResponseStoreError) -> HTTPError:
+    def _store_error(self, turn: _Turn, exc: StoreError) -> HTTPError:
         self._log.log(
             logging.WARNING,
             f"store:{type(exc).__name__}",
@@ -369,7 +369,7 @@ class RequestHandler:
                 missing = await call(
                     self.store.nonblocking, missing_reply, self.store, session_id, request_id, owner
                 )
-            except ResponseStoreError as exc:
+            except StoreError as exc:
                 raise self._store_error(turn, exc) from exc
             raise missing
         return _record_response(record, session_id, request_id=request_id)

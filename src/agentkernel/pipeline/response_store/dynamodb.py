@@ -7,8 +7,8 @@ Chunks of streamed replies, and the ticket of an accepted turn, are items of the
 clients read chunks with the same short poll.
 
 Every botocore exception is mapped in :func:`_dynamodb_errors`: an unreachable endpoint, a
-timeout, throttling or a server error becomes :class:`StoreUnavailableError` (worth retrying),
-anything else :class:`ResponseStoreError`.
+timeout, throttling or a server error becomes :class:`StoreUnavailableError` (worth
+retrying), anything else :class:`ResponseStoreError`.
 """
 
 from __future__ import annotations
@@ -26,7 +26,11 @@ from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoR
 from botocore.exceptions import ConnectionError as EndpointError
 
 from agentkernel.core.config import DynamoDBStoreConfig
-from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
+from agentkernel.core.errors import (
+    AKConfigError,
+    ResponseStoreError,
+    StoreUnavailableError,
+)
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 
 TTL_ATTRIBUTE = "expiry_time"

@@ -26,7 +26,11 @@ from typing import Any
 
 import redis
 
-from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
+from agentkernel.core.errors import (
+    AKConfigError,
+    ResponseStoreError,
+    StoreUnavailableError,
+)
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
