@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from agentkernel.aws.runner import ServerlessAgentRunner, ServerlessStreamAgentRunner
     from agentkernel.aws.scaling import BacklogPublisher, backlog_per_task
     from agentkernel.aws.websocket import WebsocketConnectionHandler
-    from agentkernel.pipeline.consumer.loop import QueueConsumer
+    from agentkernel.pipeline.consumer.base import QueueConsumer
 
 __all__ = [
     "BacklogPublisher",
@@ -48,7 +48,7 @@ _LAZY = {
     "ECSOutputConsumer": "agentkernel.aws.ecs",
     "ECSQueueRequestHandler": "agentkernel.aws.ecs",
     "ECSSQSConsumer": "agentkernel.aws.ecs",
-    "QueueConsumer": "agentkernel.pipeline.consumer.loop",
+    "QueueConsumer": "agentkernel.pipeline.consumer.base",
     "Lambda": "agentkernel.aws.request",
     "LambdaSQSConsumer": "agentkernel.aws.lambda_consumer",
     "ResponseHandler": "agentkernel.aws.responder",

@@ -13,7 +13,7 @@ from agentkernel.aws.settings import ecs_config
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.consumer.loop import QueueConsumer
+from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.process.thread_runner import ThreadRunner

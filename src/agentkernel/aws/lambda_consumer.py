@@ -23,8 +23,8 @@ from typing import Any, ClassVar
 
 from agentkernel.aws.events import BadEvent, sqs_message
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.consumer.base import QueueConsumer, is_async_callable
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
-from agentkernel.pipeline.consumer.loop import QueueConsumer, is_async_callable
 from agentkernel.pipeline.consumer.outage import OutageRetry
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer

@@ -10,7 +10,8 @@ from typing import TYPE_CHECKING
 from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.consumer.loop import ConsumerLoop, QueueConsumer
+    from agentkernel.pipeline.consumer.base import QueueConsumer
+    from agentkernel.pipeline.consumer.loop import ConsumerLoop
     from agentkernel.pipeline.envelope import QueueMessage, QueueName
     from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
@@ -18,7 +19,7 @@ __all__ = ["ConsumerLoop", "QueueConsumer", "QueueMessage", "QueueName", "Thread
 
 _LAZY = {
     "ConsumerLoop": "agentkernel.pipeline.consumer.loop",
-    "QueueConsumer": "agentkernel.pipeline.consumer.loop",
+    "QueueConsumer": "agentkernel.pipeline.consumer.base",
     "QueueMessage": "agentkernel.pipeline.envelope",
     "QueueName": "agentkernel.pipeline.envelope",
     "ThreadRunner": "agentkernel.pipeline.process.thread_runner",

@@ -47,7 +47,8 @@ from agentkernel.core.errors import (
     RetryableError,
     StaleSessionError,
 )
-from agentkernel.pipeline.consumer.loop import ConsumerLoop, QueueConsumer
+from agentkernel.pipeline.consumer.base import QueueConsumer
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_CONNECTION_ID,

@@ -16,12 +16,8 @@ import logging
 
 from agentkernel.core.blocking import nonblocking_async
 from agentkernel.core.config import AKConfig, QueuesConfig
-from agentkernel.pipeline.consumer.loop import (
-    DRAIN_TIMEOUT_SECONDS,
-    ConsumerLoop,
-    Handler,
-    QueueConsumer,
-)
+from agentkernel.pipeline.consumer.base import Handler, QueueConsumer
+from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,

@@ -10,13 +10,14 @@ from typing import TYPE_CHECKING
 from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.consumer.loop import ConsumerLoop, QueueConsumer
+    from agentkernel.pipeline.consumer.base import QueueConsumer
+    from agentkernel.pipeline.consumer.loop import ConsumerLoop
 
 __all__ = ["ConsumerLoop", "QueueConsumer"]
 
 _LAZY = {
     "ConsumerLoop": "agentkernel.pipeline.consumer.loop",
-    "QueueConsumer": "agentkernel.pipeline.consumer.loop",
+    "QueueConsumer": "agentkernel.pipeline.consumer.base",
 }
 
 __getattr__ = lazy_getattr("agentkernel.pipeline.consumer", _LAZY)

@@ -26,7 +26,6 @@ import inspect
 import logging
 import threading
 import time
-from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable, Iterable
 from concurrent.futures import Future
 from typing import Any
@@ -34,6 +33,7 @@ from typing import Any
 from agentkernel.core.blocking import call
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.consumer.base import Handler, is_async_callable
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
 from agentkernel.pipeline.consumer.redelivery import (
@@ -50,22 +50,11 @@ from agentkernel.pipeline.transport.base import TransportConsumer
 
 logger = logging.getLogger(__name__)
 
-Handler = Callable[[QueueMessage], Any] | Callable[[QueueMessage], Awaitable[Any]]
-
 POLL_ERROR_BACKOFF_SECONDS = 5.0
 #: First wait before creating a consumer again after creating it failed; doubles, capped.
 CONSUMER_RETRY_SECONDS = 1.0
 MAX_CONSUMER_RETRY_SECONDS = 30.0
 DRAIN_TIMEOUT_SECONDS = 20.0
-
-
-def is_async_callable(fn: Callable[..., Any]) -> bool:
-    """True for ``async def`` functions, bound methods and partials of them."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
-    )
 
 
 class _Slots:
@@ -683,28 +672,3 @@ def _run(fn: Handler, message: QueueMessage) -> None:
 
 def _in_thread(fn: Handler, message: QueueMessage) -> Callable[[], Awaitable[Any]]:
     return lambda: asyncio.to_thread(fn, message)
-
-
-class QueueConsumer(ABC):
-    """A component that consumes one queue (Agent Runner, response handler, Lambda consumers).
-
-    Subclasses say what to do with a message and what to do when it keeps failing. ``poll`` and
-    ``delete_message`` are for consumers that drive a broker themselves; push-driven ones (an SQS
-    event source mapping on Lambda) leave them unimplemented.
-    """
-
-    @abstractmethod
-    def process_message(self, message: QueueMessage) -> Any:
-        """Handle one message (may be ``async``); raising makes it be delivered again."""
-
-    @abstractmethod
-    def on_permanent_failure(self, message: QueueMessage) -> Any:
-        """Answer the caller of a message that exhausted its deliveries (may be ``async``)."""
-
-    def poll(self, batch_size: int = 1, wait_seconds: float = 1.0) -> list[QueueMessage]:
-        """Fetch messages from the broker; not available on push-driven consumers."""
-        raise NotImplementedError(f"{type(self).__name__} does not poll")
-
-    def delete_message(self, message: QueueMessage) -> None:
-        """Remove a handled message from the broker; not available on push-driven consumers."""
-        raise NotImplementedError(f"{type(self).__name__} does not delete messages")
