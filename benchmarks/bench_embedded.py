@@ -22,6 +22,7 @@ import shutil
 import statistics
 import subprocess
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -183,14 +184,13 @@ def sleeping_turns(turns: int, async_runner: bool, time_limit: float) -> tuple[i
         runner=RunnerConfig(max_in_flight=2000),
     )
     if async_runner:
-        loop = runner.consumer_loop(exit_on_shutdown=False)
+        loop = runner.consumer_loop(stop=threading.Event())
     else:  # the seeds' model: each consumer thread runs one turn at a time
-        loop = ConsumerLoop(
+        loop = ConsumerLoop.from_handlers(
             process=lambda m: asyncio.run(runner.process_message(m)),
             on_permanent_failure=lambda m: None,
             consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
             num_consumers=5,
-            exit_on_shutdown=False,
         )
     for i in range(turns):
         body = json.dumps({"session_id": f"s{i}", "prompt": "x", "agent": "sleeper"})
@@ -198,9 +198,7 @@ def sleeping_turns(turns: int, async_runner: bool, time_limit: float) -> tuple[i
             QueueName.INPUT,
             QueueMessage(body=body, group_id=f"s{i}", attributes={"request_id": str(i)}),
         )
-    import threading
-
-    thread = threading.Thread(target=loop.run, daemon=True)
+    thread = threading.Thread(target=loop.run, kwargs={"exit_on_shutdown": False}, daemon=True)
     started = time.perf_counter()
     thread.start()
     output = transport.create_consumer(QueueName.OUTPUT)

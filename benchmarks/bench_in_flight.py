@@ -51,14 +51,14 @@ def run_one(turns: int, max_in_flight: int, threads: bool) -> dict[str, float]:
         queues=QueuesConfig(),
         runner=RunnerConfig(max_in_flight=max_in_flight),
     )
-    loop = runner.consumer_loop(exit_on_shutdown=False)
     if threads:
-        thread = threading.Thread(target=loop.run, daemon=True)
+        loop = runner.consumer_loop(stop=threading.Event())
+        thread = threading.Thread(target=loop.run, kwargs={"exit_on_shutdown": False}, daemon=True)
         thread.start()
         stop = loop.stop
     else:
         consumer = InLoopConsumer(
-            loop,
+            runner.handling(),
             lambda: transport.create_consumer(QueueName.INPUT),
             max_in_flight=max_in_flight,
             name="input",

@@ -83,7 +83,7 @@ def worker(url: str, tag: str, role: str) -> None:
         await asyncio.sleep(0.01)
 
     saturated = role == "saturated"
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=process,
         on_permanent_failure=lambda m: None,
         consumer_factory=factory,
@@ -92,8 +92,7 @@ def worker(url: str, tag: str, role: str) -> None:
         max_in_flight=SATURATED_IN_FLIGHT if saturated else 64,
         wait_seconds=1.0,
         queue=QueueName.INPUT,
-        exit_on_shutdown=False,
-        stop_on_shutdown=False,
+        stop=threading.Event(),
         drain_timeout=1.0,
     )
 

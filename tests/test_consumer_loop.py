@@ -49,10 +49,9 @@ def make_loop(transport: InMemoryTransport, process, hook=lambda m: None, **kw) 
     kw.setdefault("wait_seconds", 0.2)
     kw.setdefault("retry_backoff", 0.01)
     kw.setdefault("consumer_factory", lambda: transport.create_consumer(QueueName.INPUT))
-    return ConsumerLoop(
+    return ConsumerLoop.from_handlers(
         process=process,
         on_permanent_failure=hook,
-        exit_on_shutdown=False,
         queue=QueueName.INPUT,
         **kw,
     )
@@ -184,12 +183,11 @@ def test_fetch_errors_back_off_and_retry() -> None:
         def ack(self, message: QueueMessage) -> None:
             self.inner.ack(message)
 
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=lambda m: seen.append(m.body),
         on_permanent_failure=lambda m: None,
         consumer_factory=Flaky,
         wait_seconds=0.2,
-        exit_on_shutdown=False,
     )
     loop._error_backoff = 0.2
     send(transport, "after-error")
@@ -239,7 +237,7 @@ def test_lease_extension_prevents_a_second_delivery(extend: bool) -> None:
 
 def test_invalid_sizes_are_rejected() -> None:
     with pytest.raises(ValueError):
-        ConsumerLoop(
+        ConsumerLoop.from_handlers(
             process=print,
             on_permanent_failure=print,
             consumer_factory=lambda: None,
@@ -275,13 +273,12 @@ def test_messages_of_one_group_in_one_batch_run_one_by_one() -> None:
         await asyncio.sleep(0.05)
         spans[m.group_id or ""].append((start, time.monotonic()))
 
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=process,
         on_permanent_failure=lambda m: None,
         consumer_factory=lambda: consumer,
         batch_size=10,
         wait_seconds=0.1,
-        exit_on_shutdown=False,
     )
     with Runner(loop):
         wait_until(lambda: len(consumer.acked) == 10)
@@ -308,12 +305,11 @@ def test_fetch_waits_are_sliced_to_the_consumer_declaration(
         def ack(self, message: QueueMessage) -> None:
             pass
 
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=print,
         on_permanent_failure=print,
         consumer_factory=Recording,
         wait_seconds=20.0,
-        exit_on_shutdown=False,
     )
     with Runner(loop):
         wait_until(lambda: len(waits) >= 2)
@@ -416,10 +412,10 @@ def test_repeated_failures_are_logged_once_per_interval(caplog: pytest.LogCaptur
 
     for i in range(40):
         send(transport, str(i), group=f"g{i}")
-    caplog.set_level(logging.WARNING, logger="agentkernel.pipeline.consumer.loop")
+    caplog.set_level(logging.WARNING, logger="agentkernel.pipeline.consumer.handling")
     with Runner(make_loop(transport, fail, retry_backoff=0, max_receive_count=100)):
         wait_until(lambda: len(attempts) >= 200)
-    lines = [r for r in caplog.records if r.name == "agentkernel.pipeline.consumer.loop"]
+    lines = [r for r in caplog.records if r.name == "agentkernel.pipeline.consumer.handling"]
     assert 1 <= len(lines) <= 3, [r.getMessage() for r in lines]  # first one, then a summary
     assert "more like it" in lines[-1].getMessage()
 

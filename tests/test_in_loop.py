@@ -1,4 +1,4 @@
-"""InLoopConsumer (a ConsumerLoop driven from an event loop) and the broker it relies on."""
+"""InLoopConsumer (the message handling on an event loop) and the broker it relies on."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from collections import defaultdict
 
 import pytest
 
+from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
-from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport, ManualClock
 
@@ -25,14 +25,12 @@ def in_loop(
     async def no_hook(message: QueueMessage) -> None:
         return None
 
-    handling = ConsumerLoop(
-        process=process,
-        on_permanent_failure=hook or no_hook,
-        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
-        exit_on_shutdown=False,
-        retry_backoff=0.01,
+    policy = {k: v for k, v in kw.items() if k != "drain_timeout"}
+    handling = MessageHandling(
+        process,
+        hook or no_hook,
         queue=QueueName.INPUT,
-        **kw,
+        policy=HandlingPolicy(retry_backoff=0.01, **policy),
     )
     return InLoopConsumer(
         handling,

@@ -45,7 +45,7 @@ def run_loop(pending: list[QueueMessage], isolate: bool) -> list[tuple[str, str,
         await asyncio.sleep(0.3)
         log.append(("end", m.body, time.monotonic()))
 
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=process,
         on_permanent_failure=lambda m: None,
         consumer_factory=lambda: consumer,
@@ -53,7 +53,6 @@ def run_loop(pending: list[QueueMessage], isolate: bool) -> list[tuple[str, str,
         num_consumers=2,
         wait_seconds=0.1,
         isolate_last_attempt=isolate,
-        exit_on_shutdown=False,
     )
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()

@@ -295,13 +295,12 @@ def test_poison_record_goes_to_the_dlq_topic(tansu_broker: Any) -> None:
         QueueName.INPUT, QueueMessage(body="poison", group_id="s", attributes={"k": "v"})
     )
     hooked: list[int] = []
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=lambda m: 1 / 0,
         on_permanent_failure=lambda m: hooked.append(m.receive_count),
         consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
         max_receive_count=2,
         wait_seconds=0.5,
-        exit_on_shutdown=False,
     )
     runner = threading.Thread(target=loop.run)
     runner.start()
@@ -346,14 +345,13 @@ def test_two_consumers_in_one_group_keep_each_session_in_order(tansu_broker: Any
         with lock:
             seen[m.group_id or ""].append(int(m.body))
 
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=process,
         on_permanent_failure=lambda m: None,
         num_consumers=2,
         batch_size=10,
         consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
         wait_seconds=0.5,
-        exit_on_shutdown=False,
     )
     runner = threading.Thread(target=loop.run)
     runner.start()

@@ -197,14 +197,13 @@ def test_a_message_given_back_still_reaches_the_permanent_failure_hook(nats_url:
         bouncer.nack(fetch_all(bouncer, 1, timeout=5.0)[0])
     bouncer.close()
     answered: list[int] = []
-    loop = ConsumerLoop(
+    loop = ConsumerLoop.from_handlers(
         process=lambda m: None,
         on_permanent_failure=lambda m: answered.append(m.receive_count),
         consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
         max_receive_count=2,
         wait_seconds=0.2,
-        exit_on_shutdown=False,
-        stop_on_shutdown=False,
+        stop=threading.Event(),
     )
     thread = threading.Thread(target=loop.run, daemon=True)
     thread.start()
@@ -232,14 +231,13 @@ def test_a_runner_at_max_in_flight_leaves_other_partitions_to_other_replicas(nat
         while not release.is_set():
             await asyncio.sleep(0.02)
 
-    saturated = ConsumerLoop(
+    saturated = ConsumerLoop.from_handlers(
         process=turn,
         on_permanent_failure=lambda m: None,
         consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
         max_in_flight=1,
         wait_seconds=0.2,
-        exit_on_shutdown=False,
-        stop_on_shutdown=False,
+        stop=threading.Event(),
     )
     transport.send(QueueName.INPUT, QueueMessage(body="running", group_id=groups[0]))
     thread = threading.Thread(target=saturated.run, daemon=True)

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 
 from agentkernel.aws.events import BadEvent, sqs_message
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer.base import QueueConsumer, is_async_callable
+from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
@@ -139,11 +139,4 @@ def _out_of_time(context: Any) -> Callable[[], bool]:
 
 async def _outlasting(outage: OutageRetry, fn: Any, message: QueueMessage) -> None:
     """Call ``fn``; while it fails on a store outage and time is left, call it again."""
-    await outage.call_async(message, functools.partial(_call, fn, message))
-
-
-async def _call(fn: Any, message: QueueMessage) -> None:
-    if is_async_callable(fn):
-        await fn(message)
-    else:
-        await asyncio.to_thread(fn, message)
+    await outage.call(message, functools.partial(as_async(fn), message))

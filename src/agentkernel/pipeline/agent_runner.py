@@ -31,6 +31,7 @@ import dataclasses
 import functools
 import json
 import logging
+import threading
 import time
 from collections import OrderedDict
 from collections.abc import Coroutine
@@ -48,7 +49,9 @@ from agentkernel.core.errors import (
     StaleSessionError,
 )
 from agentkernel.pipeline.consumer.base import QueueConsumer
-from agentkernel.pipeline.consumer.loop import ConsumerLoop
+from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
+from agentkernel.pipeline.consumer.isolation import LastAttempt
+from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_CONNECTION_ID,
@@ -130,6 +133,7 @@ class AgentRunner(QueueConsumer):
             queues = queues if queues is not None else config.execution.queues
             runner = runner if runner is not None else config.execution.runner
         self.sessions, self.queues, self.runner = sessions, queues, runner
+        self.last_attempt = LastAttempt(runner.isolate_last_attempt, queues.input.max_receive_count)
         self._last_errors = _LastErrors()
 
     # -- entry points ----------------------------------------------------------------------
@@ -142,28 +146,34 @@ class AgentRunner(QueueConsumer):
         ThreadRunner.install_signal_handlers()
         runner.consumer_loop().run(close=[runner.transport.close])
 
-    def consumer_loop(
-        self, exit_on_shutdown: bool = True, stop_on_shutdown: bool = True
-    ) -> ConsumerLoop:
-        """The :class:`ConsumerLoop` that drives this runner (see :class:`ConsumerLoop`)."""
+    def handling(self) -> MessageHandling:
+        """What each INPUT message goes through (on threads or on an event loop)."""
+        policy = HandlingPolicy(
+            max_receive_count=self.queues.input.max_receive_count,
+            lease_extension=self.runner.lease_extension,
+            isolate_last_attempt=self.runner.isolate_last_attempt,
+        )
+        return MessageHandling(
+            self.process_message, self.on_permanent_failure, queue=QueueName.INPUT, policy=policy
+        )
+
+    def consumer_loop(self, stop: threading.Event | None = None) -> ConsumerLoop:
+        """The :class:`ConsumerLoop` that drives this runner on consumer threads.
+
+        Args:
+            stop: stops the loop once set; default the process's shutdown event.
+        """
         settings = self.queues.input
         self.transport.check_consumer_capacity(QueueName.INPUT, settings.no_of_consumers)
-        return ConsumerLoop(
-            process=self.process_message,
-            on_permanent_failure=self.on_permanent_failure,
-            consumer_factory=lambda: self.transport.create_consumer(QueueName.INPUT),
-            max_receive_count=settings.max_receive_count,
+        loop_settings = LoopSettings(
             num_consumers=settings.no_of_consumers,
             batch_size=self.queues.batch_size or 1,
             max_in_flight=self.runner.max_in_flight,
-            lease_extension=self.runner.lease_extension,
-            isolate_last_attempt=self.runner.isolate_last_attempt,
             stall_warning=self.runner.stall_warning,
-            queue=QueueName.INPUT,
-            exit_on_shutdown=exit_on_shutdown,
-            stop_on_shutdown=stop_on_shutdown,
             drain_timeout=self.runner.drain_timeout,
         )
+        factory = functools.partial(self.transport.create_consumer, QueueName.INPUT)
+        return ConsumerLoop(self.handling(), factory, loop_settings, stop)
 
     # -- one turn ----------------------------------------------------------------------------
 
@@ -207,8 +217,10 @@ class AgentRunner(QueueConsumer):
             return
         if record.owner is None and user is not None:
             record = dataclasses.replace(record, owner=user)  # the first turn claims the session
-        if self._runs_alone(message):
-            record = await self._start_trial(session_id, record, request_id)
+        if self.last_attempt.runs_alone(message):
+            record = await self.last_attempt.start_trial(
+                self.sessions, session_id, record, request_id
+            )
         turn = Turn(
             prompt=body.prompt,
             session_id=session_id,
@@ -286,7 +298,7 @@ class AgentRunner(QueueConsumer):
         if record.is_committed(request_id):  # it did finish; only its acknowledgement was lost
             await self._replay(message, session_id, record, request_id)
             return
-        if self._runs_alone(message) and record.trial != request_id:
+        if self.last_attempt.owed_a_run(message, record, request_id):
             # Its deliveries were all used up by crashes of turns running beside it: it never
             # had its run alone. Give it that run now, answering it whatever happens.
             logger.warning(
@@ -316,20 +328,6 @@ class AgentRunner(QueueConsumer):
         await self._commit_and_reply(message, session_id, record, outcome, None)
 
     # -- committing and replying ---------------------------------------------------------------
-
-    def _runs_alone(self, message: QueueMessage) -> bool:
-        """Whether this delivery runs alone in the process (see ``isolate_last_attempt``)."""
-        last = self.queues.input.max_receive_count
-        return self.runner.isolate_last_attempt and 1 < message.receive_count >= last
-
-    async def _start_trial(
-        self, session_id: str, record: SessionRecord, request_id: str
-    ) -> SessionRecord:
-        """Note in the session that the turn's run alone has begun (see the consumer loop)."""
-        trial = record.on_trial(request_id)
-        write = functools.partial(self.sessions.write, expected_version=record.version)
-        await call(self.sessions.nonblocking, write, session_id, trial)
-        return trial
 
     async def _read(self, session_id: str) -> SessionRecord:
         return await call(self.sessions.nonblocking, self.sessions.read, session_id)

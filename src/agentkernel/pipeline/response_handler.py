@@ -11,13 +11,16 @@ so a waiting caller is never left hanging.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
+import threading
 
 from agentkernel.core.blocking import nonblocking_async
 from agentkernel.core.config import AKConfig, QueuesConfig
 from agentkernel.pipeline.consumer.base import Handler, QueueConsumer
-from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop
+from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
+from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, LoopSettings
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,
@@ -70,39 +73,36 @@ class ResponseHandler(QueueConsumer):
         self.store = store
         self.queues = queues if queues is not None else AKConfig.get().execution.queues
 
-    def consumer_loop(
-        self,
-        exit_on_shutdown: bool = True,
-        stop_on_shutdown: bool = True,
-        drain_timeout: float = DRAIN_TIMEOUT_SECONDS,
-        on_event_loop: bool = False,
-    ) -> ConsumerLoop:
-        """The :class:`ConsumerLoop` that drives this handler.
+    def handling(self, on_event_loop: bool = False) -> MessageHandling:
+        """What each OUTPUT message goes through.
 
         Args:
-            exit_on_shutdown: passed to the loop.
-            stop_on_shutdown: passed to the loop.
-            drain_timeout: seconds a stopping consumer thread waits for its messages in hand.
-            on_event_loop: handle each message on the loop's event loop instead of a consumer
-                thread (an in-process store, which never blocks; see :mod:`.in_loop`).
+            on_event_loop: store each reply on the handling's event loop instead of a worker
+                thread (an in-process store, which never blocks).
         """
-        settings = self.queues.output
         process: Handler = self.process_message
         failure: Handler = self.on_permanent_failure
         if on_event_loop:
             process, failure = nonblocking_async(process), nonblocking_async(failure)
-        return ConsumerLoop(
-            process=process,
-            on_permanent_failure=failure,
-            consumer_factory=lambda: self.transport.create_consumer(QueueName.OUTPUT),
-            max_receive_count=settings.max_receive_count,
-            num_consumers=settings.no_of_consumers,
+        policy = HandlingPolicy(max_receive_count=self.queues.output.max_receive_count)
+        return MessageHandling(process, failure, queue=QueueName.OUTPUT, policy=policy)
+
+    def consumer_loop(
+        self, stop: threading.Event | None = None, drain_timeout: float = DRAIN_TIMEOUT_SECONDS
+    ) -> ConsumerLoop:
+        """The :class:`ConsumerLoop` that drives this handler on consumer threads.
+
+        Args:
+            stop: stops the loop once set; default the process's shutdown event.
+            drain_timeout: seconds a stopping consumer thread waits for its messages in hand.
+        """
+        settings = LoopSettings(
+            num_consumers=self.queues.output.no_of_consumers,
             batch_size=self.queues.batch_size or 1,
-            queue=QueueName.OUTPUT,
-            exit_on_shutdown=exit_on_shutdown,
-            stop_on_shutdown=stop_on_shutdown,
             drain_timeout=drain_timeout,
         )
+        factory = functools.partial(self.transport.create_consumer, QueueName.OUTPUT)
+        return ConsumerLoop(self.handling(), factory, settings, stop)
 
     def process_message(self, message: QueueMessage) -> None:
         index = message.attributes.get(ATTR_CHUNK_INDEX)

@@ -4,8 +4,9 @@ With consumer threads, a no-op turn of the embedded topology crosses four thread
 INPUT consumer -> runner loop -> OUTPUT consumer -> HTTP loop), and each crossing costs a wake-up
 and a hand-over of the GIL, more than the turn itself. An :class:`InLoopConsumer` fetches on the
 event loop instead, woken by the broker the moment a message is ready, and runs each message as a
-task there, through the :class:`ConsumerLoop`'s own handling (permanent failure, ack after the
-handler, redelivery with back-off, last-attempt isolation). The broker is unchanged: it still
+task there, through the same :class:`~agentkernel.pipeline.consumer.handling.MessageHandling` the
+consumer threads use (permanent failure, ack after the handler, redelivery with back-off,
+last-attempt isolation). The broker is unchanged: it still
 leases, dedups and keeps one message per group in flight, so every transport guarantee holds;
 only the threads are gone.
 
@@ -22,7 +23,8 @@ import threading
 from collections.abc import Callable
 
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop
+from agentkernel.pipeline.consumer.handling import MessageHandling
+from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
@@ -34,11 +36,10 @@ WAIT_SLICE_SECONDS = 0.25
 
 
 class InLoopConsumer:
-    """Drives a :class:`ConsumerLoop`'s handling from a task on the running event loop.
+    """Drives a :class:`MessageHandling` from a task on the running event loop.
 
     Args:
-        handling: the loop whose ``process`` (``async``) and failure policy handle each message;
-            its threads are not started.
+        handling: what each message goes through; a sync ``process`` runs on a worker thread.
         consumer_factory: creates the in-memory consumer to fetch from (when started); it is
             closed when this stops.
         max_in_flight: messages handled at once.
@@ -49,7 +50,7 @@ class InLoopConsumer:
 
     def __init__(
         self,
-        handling: ConsumerLoop,
+        handling: MessageHandling,
         consumer_factory: Callable[[], InMemoryConsumer],
         *,
         max_in_flight: int,
@@ -74,7 +75,7 @@ class InLoopConsumer:
         """Stop fetching (from any thread); the messages in flight get ``drain_timeout`` seconds."""
         if drain_timeout is not None:
             self._drain_timeout = max(drain_timeout, 0.0)
-        self._handling.stop(self._drain_timeout)  # ends redelivery holds at once
+        self._handling.stop()  # ends redelivery holds and outage waits at once
         self._stop.set()
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
@@ -93,7 +94,7 @@ class InLoopConsumer:
         finally:
             if consumer is not None:
                 consumer.close()
-            self._handling.release_resources()
+            self._handling.close()
             self._stopped.set()
 
     async def _fetch_until_stopped(self, consumer: InMemoryConsumer) -> None:
@@ -111,7 +112,7 @@ class InLoopConsumer:
                 self._start(consumer, message)
 
     def _start(self, consumer: InMemoryConsumer, message: QueueMessage) -> None:
-        task = asyncio.ensure_future(self._handling.handling(consumer, message))
+        task = asyncio.ensure_future(self._handling.begin(consumer, message))
         self._tasks[task] = message
         task.add_done_callback(self._finished)
 

@@ -6,9 +6,9 @@ nothing about the message itself. Handing it back would spend one of its ``max_r
 deliveries per attempt, and the doubling redelivery delay uses them all up within about two
 seconds: a few seconds of outage would then send the turn to the permanent-failure hook, and on
 SQS the next receive would move it to the dead-letter queue, its caller never answered. So the
-consumer loop keeps such a message, its lease still extended, and runs its handler again after a
-delay that doubles from ``OUTAGE_RETRY_SECONDS`` to ``MAX_OUTAGE_RETRY_SECONDS``, until it gets
-through or the loop stops (then the failure is handed back like any other).
+message handling keeps such a message, its lease still extended, and runs its handler again after
+a delay that doubles from ``OUTAGE_RETRY_SECONDS`` to ``MAX_OUTAGE_RETRY_SECONDS``, until it gets
+through or the handling stops (then the failure is handed back like any other).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from collections.abc import Awaitable, Callable
 
 from agentkernel.core.errors import StoreUnavailableError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer.redelivery import backoff, pause, pause_blocking
+from agentkernel.pipeline.consumer.redelivery import backoff, pause
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
 
 #: Delay before a message is tried again during a store outage, in seconds; doubles per try.
@@ -33,8 +33,8 @@ class OutageRetry:
 
     Args:
         queue: the queue's name, for logs.
-        stopping: true once the loop stops; a stopping loop tries nothing again.
-        log: the loop's rate-limited log.
+        stopping: true once the handling stops; a stopping handling tries nothing again.
+        log: the handling's rate-limited log.
     """
 
     def __init__(self, queue: str, *, stopping: Callable[[], bool], log: RateLimitedLog) -> None:
@@ -45,41 +45,22 @@ class OutageRetry:
         """Seconds before try ``attempt + 2`` (``attempt`` counts from 0)."""
         return backoff(OUTAGE_RETRY_SECONDS, MAX_OUTAGE_RETRY_SECONDS, attempt)
 
-    def call(self, message: QueueMessage, fn: Callable[[], object]) -> None:
-        """From a consumer thread: ``fn()``, called again while it fails on a store outage."""
-        for attempt in itertools.count():
-            try:
-                fn()
-                return
-            except Exception as exc:
-                if not self.wait(message, exc, attempt):
-                    raise
+    async def call(self, message: QueueMessage, fn: Callable[[], Awaitable[object]]) -> None:
+        """Await ``fn()``, called again while it fails on a store outage.
 
-    async def call_async(self, message: QueueMessage, fn: Callable[[], Awaitable[object]]) -> None:
-        """From a message's task: as :meth:`call`, awaiting ``fn()``."""
+        Raises:
+            Exception: what ``fn`` raised, once it is not an outage or the handling stops.
+        """
         for attempt in itertools.count():
             try:
                 await fn()
                 return
             except Exception as exc:
-                if not await self.wait_async(message, exc, attempt):
+                if not await self._wait(message, exc, attempt):
                     raise
 
-    def wait(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:
-        """From a consumer thread: wait before trying again; ``False``: hand the failure on."""
-        if not self._applies(message, exc, attempt):
-            return False
-        pause_blocking(self.delay(attempt), self._stopping)
-        return not self._stopping()
-
-    async def wait_async(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:
-        """From a message's task: as :meth:`wait`, without blocking the event loop."""
-        if not self._applies(message, exc, attempt):
-            return False
-        await pause(self.delay(attempt), self._stopping)
-        return not self._stopping()
-
-    def _applies(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:
+    async def _wait(self, message: QueueMessage, exc: Exception, attempt: int) -> bool:
+        """Wait before trying again; ``False``: hand the failure on."""
         if not isinstance(exc, StoreUnavailableError) or self._stopping():
             return False
         self._log.log(
@@ -94,4 +75,5 @@ class OutageRetry:
             exc,
             self.delay(attempt),
         )
-        return True
+        await pause(self.delay(attempt), self._stopping)
+        return not self._stopping()

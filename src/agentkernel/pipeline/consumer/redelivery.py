@@ -4,23 +4,20 @@ A message whose handling failed is not nacked at once: a broker outage would oth
 message into a tight retry loop (hundreds of deliveries a second, a log line each). The delay is
 ``base * 2**(receive_count - 1)`` seconds, capped. Where the transport can delay a redelivery
 itself (:meth:`TransportConsumer.nack_later`) it does; otherwise the message and its lease are
-kept for the delay, in the message's own task (async loops) or on a private event loop (sync
-loops), so other messages go on meanwhile. A stopping loop ends every wait at once.
+kept for the delay in the message's own task, so other messages go on meanwhile. A stopping
+handling ends every wait at once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import threading
 import time
 from collections.abc import Callable
-from concurrent.futures import Future
 
 from agentkernel.core.blocking import call
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 logger = logging.getLogger(__name__)
@@ -44,23 +41,16 @@ async def pause(seconds: float, stopping: Callable[[], bool]) -> None:
         await asyncio.sleep(min(left, STOP_CHECK_SECONDS))
 
 
-def pause_blocking(seconds: float, stopping: Callable[[], bool]) -> None:
-    """:func:`pause` for a thread that may block."""
-    deadline = time.monotonic() + seconds
-    while not stopping() and (left := deadline - time.monotonic()) > 0:
-        time.sleep(min(left, STOP_CHECK_SECONDS))
-
-
 class Redelivery:
-    """Gives the failed messages of one consumer loop back to the broker.
+    """Gives the failed messages of one queue's handling back to the broker.
 
     Args:
         queue: the queue's name, for logs and the holding thread's name.
         base: seconds before a message's first redelivery.
         cap: longest delay, in seconds.
-        stopping: true once the loop stops; every hold then ends at once.
+        stopping: true once the handling stops; every hold then ends at once.
         release: called just before a message is handed back (ends its lease extension).
-        log: the loop's rate-limited log.
+        log: the handling's rate-limited log.
     """
 
     def __init__(
@@ -77,33 +67,26 @@ class Redelivery:
             raise ValueError("retry back-offs must not be negative")
         self._queue, self._base, self._cap = queue, base, cap
         self._stopping, self._release, self._log = stopping, release, log
-        self._holds: LoopThread | None = None
-        self._lock = threading.Lock()
 
     def delay(self, message: QueueMessage) -> float:
         """Seconds to wait before ``message`` is delivered again."""
         return backoff(self._base, self._cap, message.receive_count - 1)
 
-    def give_back(self, consumer: TransportConsumer, message: QueueMessage) -> Future[None] | None:
-        """From a consumer thread: hand back after the delay without blocking the thread.
-
-        Returns:
-            the pending hold, or ``None`` when the message was handed back already.
-        """
-        if self._nacked_later(consumer, message):
-            return None
-        with self._lock:
-            if self._holds is None:
-                self._holds = LoopThread(f"{self._queue}-holds", max_workers=2)
-            holds = self._holds
-        return holds.submit(self.give_back_async(consumer, message, native=False))
-
-    async def give_back_async(
-        self, consumer: TransportConsumer, message: QueueMessage, native: bool = True
+    async def give_back(
+        self,
+        consumer: TransportConsumer,
+        message: QueueMessage,
+        holding: Callable[[], None] = lambda: None,
     ) -> None:
-        """From a message's task: hand back after the delay (sooner if the loop stops)."""
-        if native and await call(consumer.nonblocking, self._nacked_later, consumer, message):
+        """Hand back after the delay (sooner if the handling stops).
+
+        Args:
+            holding: called when the message is kept here for the delay (the broker cannot
+                delay it), so the caller can free the message's processing place meanwhile.
+        """
+        if await call(consumer.nonblocking, self._nacked_later, consumer, message):
             return
+        holding()
         await pause(self.delay(message), self._stopping)
         self._release(message)
         await call(consumer.nonblocking, self.nack, consumer, message)
@@ -121,13 +104,6 @@ class Redelivery:
                 self._queue,
                 exc_info=True,
             )
-
-    def stop(self) -> None:
-        """End the holding thread (once the loop has drained)."""
-        with self._lock:
-            holds, self._holds = self._holds, None
-        if holds is not None:
-            holds.stop()
 
     def _nacked_later(self, consumer: TransportConsumer, message: QueueMessage) -> bool:
         """Let the transport delay the redelivery itself, where it can."""

@@ -35,6 +35,7 @@ import uvicorn
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.agent_runner import AgentRunner, error_doc
+from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
@@ -123,17 +124,12 @@ class IOHandler:
         METRICS.add_collector(self._sample_depth)
 
     def _output_loop(self) -> ConsumerLoop | InLoopConsumer:
-        execution = self.config.execution
-        on_event_loop = self._local_queue and self.store.nonblocking
-        loop = ResponseHandler(self.transport, self.store, execution.queues).consumer_loop(
-            exit_on_shutdown=False,
-            stop_on_shutdown=False,
-            drain_timeout=OUTPUT_DRAIN_SECONDS,
-            on_event_loop=on_event_loop,
-        )
-        if not on_event_loop:
-            return loop
-        return self._in_loop(loop, QueueName.OUTPUT, OUTPUT_IN_FLIGHT, OUTPUT_DRAIN_SECONDS)
+        """Stopped by the shutdown sequence, after the runner, not by the shutdown itself."""
+        handler = ResponseHandler(self.transport, self.store, self.config.execution.queues)
+        if self._local_queue and self.store.nonblocking:
+            handling = handler.handling(on_event_loop=True)
+            return self._in_loop(handling, QueueName.OUTPUT, OUTPUT_IN_FLIGHT, OUTPUT_DRAIN_SECONDS)
+        return handler.consumer_loop(stop=threading.Event(), drain_timeout=OUTPUT_DRAIN_SECONDS)
 
     def _runner_loop(self) -> ConsumerLoop | InLoopConsumer:
         execution = self.config.execution
@@ -143,19 +139,20 @@ class IOHandler:
             queues=execution.queues,
             runner=execution.runner,
         )
-        loop = runner.consumer_loop(exit_on_shutdown=False, stop_on_shutdown=not self._local_queue)
         if not self._local_queue:
-            return loop
+            return runner.consumer_loop()  # a broker keeps the queued turns: stop at shutdown
         settings = execution.runner
-        return self._in_loop(loop, QueueName.INPUT, settings.max_in_flight, settings.drain_timeout)
+        return self._in_loop(
+            runner.handling(), QueueName.INPUT, settings.max_in_flight, settings.drain_timeout
+        )
 
     def _in_loop(
-        self, loop: ConsumerLoop, queue: QueueName, max_in_flight: int, drain_timeout: float
+        self, handling: MessageHandling, queue: QueueName, max_in_flight: int, drain_timeout: float
     ) -> InLoopConsumer:
         transport = self.transport
         assert isinstance(transport, InMemoryTransport)
         return InLoopConsumer(
-            loop,
+            handling,
             lambda: transport.create_consumer(queue),
             max_in_flight=max_in_flight,
             drain_timeout=drain_timeout,
