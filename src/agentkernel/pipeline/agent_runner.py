@@ -25,27 +25,23 @@ Outcomes of a turn:
 
 from __future__ import annotations
 
-import asyncio
 import copy
 import dataclasses
 import functools
 import json
 import logging
 import threading
-import time
 from collections import OrderedDict
-from collections.abc import Coroutine
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import ValidationError
 
-from agentkernel.core.agent import Agent, AgentRegistry, Turn
+from agentkernel.core.agent import AgentRegistry, Turn
 from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig, QueuesConfig, RunnerConfig
 from agentkernel.core.errors import (
     AgentNotFoundError,
     MessageRejectedError,
-    RetryableError,
     StaleSessionError,
 )
 from agentkernel.pipeline.consumer.base import QueueConsumer
@@ -53,9 +49,6 @@ from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandli
 from agentkernel.pipeline.consumer.isolation import LastAttempt
 from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
 from agentkernel.pipeline.envelope import (
-    ATTR_CHUNK_INDEX,
-    ATTR_CONNECTION_ID,
-    ATTR_ENDPOINT,
     ATTR_REQUEST_ID,
     ATTR_STATUS_CODE,
     ATTR_STREAM,
@@ -64,9 +57,16 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.frames import chunk_frame
+from agentkernel.pipeline.execution import Streamer, execute
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
+from agentkernel.pipeline.replies import (
+    ChatTurnBody,
+    error_doc,
+    first_error,
+    reply_attributes,
+    session_of,
+)
 from agentkernel.pipeline.session_store import (
     SessionRecord,
     SessionStore,
@@ -76,30 +76,6 @@ from agentkernel.pipeline.session_store import (
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 
 logger = logging.getLogger(__name__)
-
-FORWARDED_ATTRIBUTES = (
-    ATTR_USER_ID,
-    ATTR_TRACEPARENT,
-    ATTR_STREAM,
-    ATTR_CONNECTION_ID,
-    ATTR_ENDPOINT,
-)
-
-
-class ChatTurnBody(BaseModel):
-    """The INPUT message body: what the client asked for."""
-
-    model_config = ConfigDict(extra="allow")
-
-    session_id: str = Field(min_length=1)
-    prompt: str
-    agent: str | None = None
-    stream: bool = False
-
-
-def error_doc(code: str, message: str, session_id: str, request_id: str) -> dict[str, Any]:
-    """The body of an error reply."""
-    return {"error": code, "message": message, "session_id": session_id, "request_id": request_id}
 
 
 class AgentRunner(QueueConsumer):
@@ -185,9 +161,7 @@ class AgentRunner(QueueConsumer):
         try:
             body = ChatTurnBody.model_validate_json(message.body)
         except ValidationError as exc:
-            doc = error_doc(
-                "INVALID_REQUEST", _first_error(exc), message.group_id or "", request_id
-            )
+            doc = error_doc("INVALID_REQUEST", first_error(exc), message.group_id or "", request_id)
             await self._reply(message, 400, doc)
             return
         try:
@@ -233,67 +207,16 @@ class AgentRunner(QueueConsumer):
         )
         streamed = body.stream or self.stream_all or ATTR_STREAM in message.attributes
         stream = self._streamer(message, turn) if streamed else None
-        status, doc, state = await self._execute(agent, turn, stream)
+        status, doc, state = await execute(agent, turn, stream, self.runner.turn_timeout)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, state)
-
-    async def _execute(
-        self, agent: Agent, turn: Turn, stream: _Streamer | None = None
-    ) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
-        """Run the agent; returns the reply's status and body, and the state to commit."""
-        started = time.perf_counter()
-        METRICS.inc("agentkernel_turns_in_flight", 1)
-        timeout = agent.timeout or self.runner.turn_timeout
-        try:
-            work = agent.run(turn) if stream is None else stream.run(agent)
-            result = await _bounded(work, timeout)
-        except _Deadline:
-            logger.error(
-                "turn %s of session %s ran past its %ss deadline in agent %s; cancelled",
-                turn.request_id,
-                turn.session_id,
-                timeout,
-                turn.agent,
-            )
-            self._finished(turn.agent, "timeout", started)
-            message = f"agent '{turn.agent}' did not finish within {timeout} seconds"
-            return 504, error_doc("TURN_TIMEOUT", message, turn.session_id, turn.request_id), None
-        except RetryableError:
-            self._finished(turn.agent, "retry", started)
-            raise
-        except Exception as exc:
-            logger.error(
-                "turn %s of session %s failed in agent %s on attempt %s: %s: %s",
-                turn.request_id,
-                turn.session_id,
-                turn.agent,
-                turn.attempt,
-                type(exc).__name__,
-                exc,
-                exc_info=True,
-            )
-            self._finished(turn.agent, "error", started)
-            message = f"agent '{turn.agent}' failed: {type(exc).__name__}: {exc}"
-            return 500, error_doc("AGENT_ERROR", message, turn.session_id, turn.request_id), None
-        finally:
-            METRICS.inc("agentkernel_turns_in_flight", -1)
-        self._finished(turn.agent, "ok", started)
-        doc = {"result": result, "session_id": turn.session_id, "request_id": turn.request_id}
-        return 200, doc | {"agent": turn.agent}, turn.state
-
-    @staticmethod
-    def _finished(agent: str, status: str, started: float) -> None:
-        METRICS.inc("agentkernel_turns_total", agent=agent, status=status)
-        METRICS.observe(
-            "agentkernel_turn_duration_seconds", time.perf_counter() - started, agent=agent
-        )
 
     async def on_permanent_failure(self, message: QueueMessage) -> None:
         request_id = message.attributes.get(ATTR_REQUEST_ID)
         if not request_id:
             logger.error("abandoning message %s: no request_id to answer", message.message_id)
             return
-        session_id = _session_of(message)
+        session_id = session_of(message)
         record = await self._read(session_id)
         if record.is_committed(request_id):  # it did finish; only its acknowledgement was lost
             await self._replay(message, session_id, record, request_id)
@@ -415,16 +338,10 @@ class AgentRunner(QueueConsumer):
         outcome = TurnOutcome(doc["request_id"], status, json.dumps(doc))
         await self._send(message, doc.get("session_id") or "", outcome)
 
-    @staticmethod
-    def reply_attributes(message: QueueMessage, request_id: str) -> dict[str, str]:
-        """Attributes of a message answering ``message``: its request id and forwarded ones."""
-        forwarded = {
-            k: message.attributes[k] for k in FORWARDED_ATTRIBUTES if k in message.attributes
-        }
-        return {ATTR_REQUEST_ID: request_id} | forwarded
+    reply_attributes = staticmethod(reply_attributes)
 
-    def _streamer(self, message: QueueMessage, turn: Turn) -> _Streamer:
-        return _Streamer(self, message, turn)
+    def _streamer(self, message: QueueMessage, turn: Turn) -> Streamer:
+        return Streamer(self.transport, message, turn)
 
     async def _send(self, message: QueueMessage, session_id: str, outcome: TurnOutcome) -> None:
         request_id = outcome.request_id
@@ -439,54 +356,6 @@ class AgentRunner(QueueConsumer):
             dedup_id=f"{request_id}:reply",
         )
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
-
-
-class _Deadline(Exception):
-    """A turn ran past its deadline (distinct from a TimeoutError the agent itself raised)."""
-
-
-async def _bounded(work: Coroutine[Any, Any, str], timeout: float | None) -> str:
-    """Await ``work``, cancelling it after ``timeout`` seconds (``None``: no limit)."""
-    if timeout is None:
-        return await work
-    task = asyncio.ensure_future(work)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    if not done:
-        task.cancel()
-        await asyncio.wait({task})  # let it unwind (a sync agent's thread runs on regardless)
-        raise _Deadline
-    return task.result()
-
-
-class _Streamer:
-    """Runs a streaming turn, sending each chunk to OUTPUT as the agent yields it."""
-
-    def __init__(self, runner: AgentRunner, message: QueueMessage, turn: Turn) -> None:
-        self._runner, self._message, self._turn = runner, message, turn
-
-    async def run(self, agent: Agent) -> str:
-        parts: list[str] = []
-        async for delta in agent.stream(self._turn):
-            if delta:
-                await self._send(len(parts), delta)
-                parts.append(delta)
-        return "".join(parts)
-
-    async def _send(self, index: int, delta: str) -> None:
-        turn = self._turn
-        frame = chunk_frame(turn.request_id, turn.session_id, index, delta)
-        attributes = self._runner.reply_attributes(self._message, turn.request_id)
-        chunk = QueueMessage(
-            body=json.dumps(frame),
-            attributes=attributes | {ATTR_CHUNK_INDEX: str(index)},
-            group_id=turn.session_id,
-            dedup_id=f"{turn.request_id}:{index}",
-        )
-        transport = self._runner.transport
-        try:
-            await call(transport.nonblocking, transport.send, QueueName.OUTPUT, chunk)
-        except Exception as exc:  # the broker, not the agent, failed: run the turn again
-            raise RetryableError(f"chunk {index} could not be sent: {exc}") from exc
 
 
 class _LastErrors:
@@ -507,17 +376,3 @@ class _LastErrors:
         return self._errors.get(
             request_id, "not seen by this process (a crash, a lost lease, or another replica)"
         )
-
-
-def _session_of(message: QueueMessage) -> str:
-    try:
-        session = json.loads(message.body).get("session_id")
-    except (ValueError, AttributeError):
-        session = None
-    return str(session or message.group_id or "")
-
-
-def _first_error(exc: ValidationError) -> str:
-    err = exc.errors()[0]
-    where = ".".join(str(p) for p in err["loc"])
-    return f"{where}: {err['msg']}" if where else err["msg"]

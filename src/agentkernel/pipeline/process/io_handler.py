@@ -34,7 +34,7 @@ import uvicorn
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.agent_runner import AgentRunner, error_doc
+from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
@@ -43,6 +43,7 @@ from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connec
 from agentkernel.pipeline.process.event_loop import StallWatchdog
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner, close_in_order
+from agentkernel.pipeline.replies import error_doc
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import (

@@ -1,0 +1,124 @@
+"""Running one turn's agent: its deadline, its metrics, and streaming its reply to OUTPUT."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import time
+from collections.abc import Coroutine
+from typing import Any
+
+from agentkernel.core.agent import Agent, Turn
+from agentkernel.core.blocking import call
+from agentkernel.core.errors import RetryableError
+from agentkernel.pipeline.envelope import ATTR_CHUNK_INDEX, QueueMessage, QueueName
+from agentkernel.pipeline.frames import chunk_frame
+from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.replies import error_doc, reply_attributes
+from agentkernel.pipeline.transport.base import QueueTransport
+
+logger = logging.getLogger(__name__)
+
+
+class Deadline(Exception):
+    """A turn ran past its deadline (distinct from a TimeoutError the agent itself raised)."""
+
+
+async def bounded(work: Coroutine[Any, Any, str], timeout: float | None) -> str:
+    """Await ``work``, cancelling it after ``timeout`` seconds (``None``: no limit)."""
+    if timeout is None:
+        return await work
+    task = asyncio.ensure_future(work)
+    done, _ = await asyncio.wait({task}, timeout=timeout)
+    if not done:
+        task.cancel()
+        await asyncio.wait({task})  # let it unwind (a sync agent's thread runs on regardless)
+        raise Deadline
+    return task.result()
+
+
+class Streamer:
+    """Runs a streaming turn, sending each chunk to OUTPUT as the agent yields it."""
+
+    def __init__(self, transport: QueueTransport, message: QueueMessage, turn: Turn) -> None:
+        self._transport, self._message, self._turn = transport, message, turn
+
+    async def run(self, agent: Agent) -> str:
+        parts: list[str] = []
+        async for delta in agent.stream(self._turn):
+            if delta:
+                await self._send(len(parts), delta)
+                parts.append(delta)
+        return "".join(parts)
+
+    async def _send(self, index: int, delta: str) -> None:
+        turn = self._turn
+        frame = chunk_frame(turn.request_id, turn.session_id, index, delta)
+        attributes = reply_attributes(self._message, turn.request_id)
+        chunk = QueueMessage(
+            body=json.dumps(frame),
+            attributes=attributes | {ATTR_CHUNK_INDEX: str(index)},
+            group_id=turn.session_id,
+            dedup_id=f"{turn.request_id}:{index}",
+        )
+        transport = self._transport
+        try:
+            await call(transport.nonblocking, transport.send, QueueName.OUTPUT, chunk)
+        except Exception as exc:  # the broker, not the agent, failed: run the turn again
+            raise RetryableError(f"chunk {index} could not be sent: {exc}") from exc
+
+
+async def execute(
+    agent: Agent, turn: Turn, stream: Streamer | None, turn_timeout: float | None
+) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
+    """Run the agent; returns the reply's status and body, and the state to commit.
+
+    Args:
+        stream: sends the reply's chunks as the agent yields them (``None``: not streamed).
+        turn_timeout: seconds a turn may run when its agent sets no timeout (``None``: no limit).
+    """
+    started = time.perf_counter()
+    METRICS.inc("agentkernel_turns_in_flight", 1)
+    timeout = agent.timeout or turn_timeout
+    try:
+        work = agent.run(turn) if stream is None else stream.run(agent)
+        result = await bounded(work, timeout)
+    except Deadline:
+        logger.error(
+            "turn %s of session %s ran past its %ss deadline in agent %s; cancelled",
+            turn.request_id,
+            turn.session_id,
+            timeout,
+            turn.agent,
+        )
+        _finished(turn.agent, "timeout", started)
+        message = f"agent '{turn.agent}' did not finish within {timeout} seconds"
+        return 504, error_doc("TURN_TIMEOUT", message, turn.session_id, turn.request_id), None
+    except RetryableError:
+        _finished(turn.agent, "retry", started)
+        raise
+    except Exception as exc:
+        logger.error(
+            "turn %s of session %s failed in agent %s on attempt %s: %s: %s",
+            turn.request_id,
+            turn.session_id,
+            turn.agent,
+            turn.attempt,
+            type(exc).__name__,
+            exc,
+            exc_info=True,
+        )
+        _finished(turn.agent, "error", started)
+        message = f"agent '{turn.agent}' failed: {type(exc).__name__}: {exc}"
+        return 500, error_doc("AGENT_ERROR", message, turn.session_id, turn.request_id), None
+    finally:
+        METRICS.inc("agentkernel_turns_in_flight", -1)
+    _finished(turn.agent, "ok", started)
+    doc = {"result": result, "session_id": turn.session_id, "request_id": turn.request_id}
+    return 200, doc | {"agent": turn.agent}, turn.state
+
+
+def _finished(agent: str, status: str, started: float) -> None:
+    METRICS.inc("agentkernel_turns_total", agent=agent, status=status)
+    METRICS.observe("agentkernel_turn_duration_seconds", time.perf_counter() - started, agent=agent)

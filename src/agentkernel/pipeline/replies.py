@@ -1,0 +1,66 @@
+"""The wire format of the pipeline's messages: the INPUT body and the reply documents.
+
+Shared by the Agent Runner (which answers turns), the response handler and the IO handler
+(which answer on its behalf when a turn cannot run), so every answer has the same shape.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from agentkernel.pipeline.envelope import (
+    ATTR_CONNECTION_ID,
+    ATTR_ENDPOINT,
+    ATTR_REQUEST_ID,
+    ATTR_STREAM,
+    ATTR_TRACEPARENT,
+    ATTR_USER_ID,
+    QueueMessage,
+)
+
+FORWARDED_ATTRIBUTES = (
+    ATTR_USER_ID,
+    ATTR_TRACEPARENT,
+    ATTR_STREAM,
+    ATTR_CONNECTION_ID,
+    ATTR_ENDPOINT,
+)
+
+
+class ChatTurnBody(BaseModel):
+    """The INPUT message body: what the client asked for."""
+
+    model_config = ConfigDict(extra="allow")
+
+    session_id: str = Field(min_length=1)
+    prompt: str
+    agent: str | None = None
+    stream: bool = False
+
+
+def error_doc(code: str, message: str, session_id: str, request_id: str) -> dict[str, Any]:
+    """The body of an error reply."""
+    return {"error": code, "message": message, "session_id": session_id, "request_id": request_id}
+
+
+def reply_attributes(message: QueueMessage, request_id: str) -> dict[str, str]:
+    """Attributes of a message answering ``message``: its request id and forwarded ones."""
+    forwarded = {k: message.attributes[k] for k in FORWARDED_ATTRIBUTES if k in message.attributes}
+    return {ATTR_REQUEST_ID: request_id} | forwarded
+
+
+def session_of(message: QueueMessage) -> str:
+    try:
+        session = json.loads(message.body).get("session_id")
+    except (ValueError, AttributeError):
+        session = None
+    return str(session or message.group_id or "")
+
+
+def first_error(exc: ValidationError) -> str:
+    err = exc.errors()[0]
+    where = ".".join(str(p) for p in err["loc"])
+    return f"{where}: {err['msg']}" if where else err["msg"]
