@@ -145,7 +145,9 @@ def test_components_use_the_empty_stores_they_are_given(transport: InMemoryTrans
     from agentkernel.pipeline.process.io_handler import IOHandler
 
     store, sessions = InMemoryResponseStore(), InMemorySessionStore()
-    handler = IOHandler(AKConfig.load(), transport=transport, store=store, with_runner=False)
+    handler = IOHandler(
+        AKConfig.load(), AgentRegistry(), transport=transport, store=store, with_runner=False
+    )
     assert handler.store is store
     runner = AgentRunner(transport, sessions=sessions, queues=QueuesConfig(), runner=RunnerConfig())
     assert runner.sessions is sessions

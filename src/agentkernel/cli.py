@@ -74,6 +74,7 @@ def _configure(args: argparse.Namespace) -> None:
 
 def _serve(args: argparse.Namespace, with_runner: bool) -> None:
     from agentkernel.pipeline.process.io_handler import IOHandler
+    from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
     _configure(args)
     if not with_runner:
@@ -82,7 +83,9 @@ def _serve(args: argparse.Namespace, with_runner: bool) -> None:
     if with_runner:
         load_agents(args.agents)
     _summary(args.command)
-    IOHandler.run(with_runner=with_runner)
+    handler = IOHandler(AKConfig.get(), AgentRegistry.default(), with_runner=with_runner)
+    ThreadRunner.install_signal_handlers()
+    handler.serve()
 
 
 def _need_a_broker(command: str) -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from agentkernel.aws.settings import ecs_config
+from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.agent_runner import AgentRunner
@@ -106,6 +107,6 @@ class ECSIOHandler(IOHandler):
                 "response store (set AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME)"
             )
         AKConfig.set(config)
-        handler = cls(config, with_runner=with_runner)
+        handler = cls(config, AgentRegistry.default(), with_runner=with_runner)
         ThreadRunner.install_signal_handlers()
         handler.serve()

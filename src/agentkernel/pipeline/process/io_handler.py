@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import cast
 
 import uvicorn
 
@@ -38,58 +39,58 @@ from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
-from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections
+from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.process.event_loop import StallWatchdog
 from agentkernel.pipeline.process.metrics import METRICS
-from agentkernel.pipeline.process.thread_runner import ThreadRunner, close_in_order
-from agentkernel.pipeline.replies import error_doc
+from agentkernel.pipeline.process.shutdown import (
+    HTTP_DRAIN_SECONDS as HTTP_DRAIN_SECONDS,
+)
+from agentkernel.pipeline.process.shutdown import (
+    LISTENER_DRAIN_SECONDS as LISTENER_DRAIN_SECONDS,
+)
+from agentkernel.pipeline.process.shutdown import (
+    OUTPUT_DRAIN_SECONDS,
+    ShutdownOrder,
+    shutdown_budget,
+)
+from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import (
-    ResponseRecord,
     ResponseStore,
     create_response_store,
 )
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
-from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 
 logger = logging.getLogger(__name__)
 
-OUTPUT_DRAIN_SECONDS = 2.0
 #: Replies stored at once by an in-loop response handler (each is a dict write).
 OUTPUT_IN_FLIGHT = 256
-HTTP_DRAIN_SECONDS = 5.0
-#: Longest wait for the connections the kernel queued before new ones were refused, in seconds.
-LISTENER_DRAIN_SECONDS = 1.0
-#: Time for the requests of the connections accepted last to arrive, in seconds.
-LAST_REQUEST_SECONDS = 0.2
-#: Margin for each bounded step beyond its own budget (thread joins, the last poll).
-_STEP_MARGIN_SECONDS = 2.0
 
 
 class IOHandler:
     """Wires the API, the response handler and optionally the Agent Runner in one process.
 
     Args:
-        config: settings; default the process-wide :class:`AKConfig`.
+        config: settings.
+        registry: the agents.
         with_runner: also run the Agent Runner here (the embedded topology). Default: only when
-            the transport is ``in_memory``, since nothing outside the process can reach it.
-        registry: the agents; default the process-wide registry.
+            the queues live in this process, since nothing outside it can reach them.
         transport: override the configured transport.
         store: override the configured response store.
     """
 
     def __init__(
         self,
-        config: AKConfig | None = None,
+        config: AKConfig,
+        registry: AgentRegistry,
         *,
         with_runner: bool | None = None,
-        registry: AgentRegistry | None = None,
         transport: QueueTransport | None = None,
         store: ResponseStore | None = None,
     ) -> None:
-        self.config = config if config is not None else AKConfig.get()
+        self.config = config
         execution = self.config.execution
         self._owned: list[Callable[[], None]] = []  # close() of the clients created here
         if transport is None:
@@ -99,12 +100,12 @@ class IOHandler:
             store = create_response_store(execution.response_store)
             self._owned.append(store.close)
         self.transport, self.store = transport, store
-        self.registry = registry if registry is not None else AgentRegistry.default()
+        self.registry = registry
         if with_runner is None:
             with_runner = execution.queues.type == "in_memory"
         self.api = RequestHandler(self.transport, self.store, self.config, self.registry)
         #: Queued turns live only in this process: run them before exiting.
-        self._local_queue = isinstance(self.transport, InMemoryTransport)
+        self._local_queue = self.transport.queues_in_process
         self.output_loop = self._output_loop()
         self.runner_loop: ConsumerLoop | InLoopConsumer | None = None
         if with_runner:
@@ -150,11 +151,10 @@ class IOHandler:
     def _in_loop(
         self, handling: MessageHandling, queue: QueueName, max_in_flight: int, drain_timeout: float
     ) -> InLoopConsumer:
-        transport = self.transport
-        assert isinstance(transport, InMemoryTransport)
+        transport = self.transport  # queues in this process: an in-memory consumer
         return InLoopConsumer(
             handling,
-            lambda: transport.create_consumer(queue),
+            lambda: cast(InMemoryConsumer, transport.create_consumer(queue)),
             max_in_flight=max_in_flight,
             drain_timeout=drain_timeout,
             name=str(queue),
@@ -162,8 +162,11 @@ class IOHandler:
 
     @classmethod
     def run(cls, with_runner: bool | None = None) -> None:
-        """Process entry: build from configuration and serve until SIGTERM, then exit."""
-        handler = cls(with_runner=with_runner)
+        """Process entry: build from the process's configuration and agents, serve until SIGTERM.
+
+        The CLI sets both (:meth:`AKConfig.set`, the registry the agents registered in).
+        """
+        handler = cls(AKConfig.get(), AgentRegistry.default(), with_runner=with_runner)
         ThreadRunner.install_signal_handlers()
         handler.serve()
 
@@ -188,11 +191,7 @@ class IOHandler:
     @property
     def shutdown_budget(self) -> float:
         """Longest time from SIGTERM to exit, in seconds: the sum of every step's bound."""
-        runner = self.config.execution.runner.drain_timeout if self.runner_loop else 0.0
-        steps = [runner, OUTPUT_DRAIN_SECONDS, self.config.api.shutdown_timeout]
-        steps += [OUTPUT_DRAIN_SECONDS, HTTP_DRAIN_SECONDS, LISTENER_DRAIN_SECONDS]
-        steps += [HTTP_DRAIN_SECONDS]
-        return sum(steps) + len(steps) * _STEP_MARGIN_SECONDS
+        return shutdown_budget(self.config, self.runner_loop is not None)
 
     def _serve_http(self) -> None:
         try:
@@ -231,99 +230,23 @@ class IOHandler:
         return int(self.server.servers[0].sockets[0].getsockname()[1])
 
     def _sequence_shutdown(self) -> None:
-        """On shutdown: runner first, then the replies it produced, then the API, then clients."""
+        """Wait for the shutdown (or :meth:`stop`), then run the shutdown order."""
         while not (ThreadRunner.shutdown_event.is_set() or self._stopped.is_set()):
             self._stopped.wait(0.2)
-        logger.info("shutting down: draining turns and replies")
-        if self.runner_loop is not None:
-            self._drain_runner(self.runner_loop)
-        self._drain_local(QueueName.OUTPUT, OUTPUT_DRAIN_SECONDS)
-        _wait_until(lambda: not self.api.waiting(), self.config.api.shutdown_timeout)
-        if self.api.waiting():
-            logger.warning(
-                "answering %s waiting requests 503 with their request id", self.api.waiting()
-            )
-        self.api.release_waiters()
-        self.output_loop.stop()
-        if not self.output_loop.wait_stopped(OUTPUT_DRAIN_SECONDS + _STEP_MARGIN_SECONDS):
-            logger.error("the response handler did not stop in time")
-        _wait_until(lambda: not self.server.server_state.tasks, HTTP_DRAIN_SECONDS)
-        self._stop_accepting()
-        self.server.should_exit = True
-        if not self._http_done.wait(HTTP_DRAIN_SECONDS + _STEP_MARGIN_SECONDS):
-            logger.error("the HTTP server did not stop in time")
-        close_in_order(self._owned)
-
-    def _stop_accepting(self) -> None:
-        """Refuse new connections, then answer those the kernel had queued before that.
-
-        uvicorn closes its listening socket on exit, which resets every connection still
-        queued there (its request sent, never answered), and closes the connections whose
-        request it has not read yet.
-        """
-        listeners = [sock for server in self.server.servers for sock in server.sockets]
-        if not all([refuse_new_connections(sock) for sock in listeners]):
-            return
-        _wait_until(
-            lambda: not any(accept_backlog(sock) for sock in listeners), LISTENER_DRAIN_SECONDS
-        )
-        time.sleep(LAST_REQUEST_SECONDS)
-        _wait_until(lambda: not self.server.server_state.tasks, HTTP_DRAIN_SECONDS)
-
-    def _drain_runner(self, loop: ConsumerLoop | InLoopConsumer) -> None:
-        """Stop the embedded runner within ``execution.runner.drain_timeout``.
-
-        On the in-memory transport the queued turns die with the process, so they are run
-        first; a turn that cannot run in time is logged and its caller answered 503.
-        """
-        budget = self.config.execution.runner.drain_timeout
-        deadline = time.monotonic() + budget
-        if self._local_queue:
-            self._drain_local(QueueName.INPUT, budget)
-        loop.stop(drain_timeout=max(deadline - time.monotonic(), 0.0))
-        if not loop.wait_stopped(budget + _STEP_MARGIN_SECONDS):
-            logger.error("the embedded runner did not stop in time")
-        if isinstance(self.transport, InMemoryTransport):
-            for message in self.transport.purge(QueueName.INPUT):
-                self._abandon(message)
-
-    def _drain_local(self, queue: QueueName, seconds: float) -> None:
-        """Wait up to ``seconds`` until an in-memory queue has nothing queued or in flight."""
-        if isinstance(self.transport, InMemoryTransport):
-            transport = self.transport
-            _wait_until(lambda: not (transport.depth(queue) or transport.in_flight(queue)), seconds)
-
-    def _abandon(self, message: QueueMessage) -> None:
-        """A turn the embedded runner could not run before exit: log it, answer its caller."""
-        request_id = message.attributes.get(ATTR_REQUEST_ID, "")
-        session_id = message.group_id or ""
-        logger.error(
-            "turn %s of session %s was not run before shutdown (delivery %s); it is lost",
-            request_id or message.message_id,
-            session_id,
-            message.receive_count,
-        )
-        if not request_id:
-            return
-        text = "the server stopped before this turn could run; send it again"
-        doc = error_doc("SHUTTING_DOWN", text, session_id, request_id)
-        try:
-            self.store.put(ResponseRecord(request_id, session_id, 503, doc))
-        except Exception:
-            logger.warning("could not store the 503 of request %s", request_id, exc_info=True)
+        ShutdownOrder(
+            config=self.config,
+            api=self.api,
+            server=self.server,
+            transport=self.transport,
+            store=self.store,
+            output_loop=self.output_loop,
+            runner_loop=self.runner_loop,
+            owned=self._owned,
+            http_done=self._http_done,
+        ).run()
 
     def _sample_depth(self) -> None:
         depth = getattr(self.transport, "depth", None)
         if depth is not None:
             for queue in QueueName:
                 METRICS.set("agentkernel_queue_depth", depth(queue), queue=str(queue))
-
-
-def _wait_until(done: Callable[[], bool], seconds: float) -> bool:
-    """Poll ``done`` until it is true or ``seconds`` have passed; returns its last value."""
-    deadline = time.monotonic() + seconds
-    while not done():
-        if time.monotonic() >= deadline:
-            return False
-        time.sleep(0.02)
-    return True

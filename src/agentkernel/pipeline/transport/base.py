@@ -89,6 +89,10 @@ class QueueTransport(ABC):
 
     #: ``send`` never waits on I/O, so event-loop code may call it inline.
     nonblocking: ClassVar[bool] = False
+    #: The queues live in this process: nothing outside it can reach them and they die with it
+    #: (its queued messages must be handled before exit); it then also offers ``depth(queue)``,
+    #: ``in_flight(queue)`` and ``purge(queue)``.
+    queues_in_process: ClassVar[bool] = False
 
     @abstractmethod
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:

@@ -307,6 +307,7 @@ class InMemoryTransport(QueueTransport):
     """
 
     nonblocking = True
+    queues_in_process = True
     _shared: ClassVar[_Broker | None] = None
     _shared_lock: ClassVar[threading.Lock] = threading.Lock()
 
