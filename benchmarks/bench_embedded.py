@@ -30,7 +30,7 @@ import httpx
 import psutil
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import QueuesConfig, RunnerConfig
+from agentkernel.core.config import AKConfig, ExecutionConfig, RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
@@ -175,14 +175,9 @@ def sleeping_turns(turns: int, async_runner: bool, time_limit: float) -> tuple[i
         return "done"
 
     registry.register(Agent("sleeper", sleeper))
-    queues = QueuesConfig()
-    runner = AgentRunner(
-        transport,
-        registry=registry,
-        sessions=InMemorySessionStore(),
-        queues=queues,
-        runner=RunnerConfig(max_in_flight=2000),
-    )
+    execution = ExecutionConfig(runner=RunnerConfig(max_in_flight=2000))
+    config = AKConfig.load().model_copy(update={"execution": execution})
+    runner = AgentRunner(config, registry, transport=transport, sessions=InMemorySessionStore())
     if async_runner:
         loop = runner.consumer_loop(stop=threading.Event())
     else:  # the seeds' model: each consumer thread runs one turn at a time

@@ -24,7 +24,7 @@ import time
 import psutil
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import QueuesConfig, RunnerConfig
+from agentkernel.core.config import AKConfig, ExecutionConfig, RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
@@ -45,11 +45,12 @@ def run_one(turns: int, max_in_flight: int, threads: bool) -> dict[str, float]:
     registry = AgentRegistry()
     registry.register(Agent("sleeper", sleeper))
     runner = AgentRunner(
-        transport,
-        registry=registry,
+        AKConfig.load().model_copy(
+            update={"execution": ExecutionConfig(runner=RunnerConfig(max_in_flight=max_in_flight))}
+        ),
+        registry,
+        transport=transport,
         sessions=InMemorySessionStore(),
-        queues=QueuesConfig(),
-        runner=RunnerConfig(max_in_flight=max_in_flight),
     )
     if threads:
         loop = runner.consumer_loop(stop=threading.Event())

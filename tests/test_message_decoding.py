@@ -15,6 +15,7 @@ from agentkernel.pipeline.response_handler import ResponseHandler, record_of
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from tests.runner_config import config_with
 
 
 @pytest.fixture
@@ -27,11 +28,7 @@ def runner(transport: InMemoryTransport) -> AgentRunner:
     registry = AgentRegistry()
     registry.register(Agent("echo", lambda turn: turn.prompt))
     return AgentRunner(
-        transport,
-        registry=registry,
-        sessions=InMemorySessionStore(),
-        queues=QueuesConfig(),
-        runner=RunnerConfig(),
+        config_with(RunnerConfig()), registry, transport=transport, sessions=InMemorySessionStore()
     )
 
 
@@ -149,5 +146,7 @@ def test_components_use_the_empty_stores_they_are_given(transport: InMemoryTrans
         AKConfig.load(), AgentRegistry(), transport=transport, store=store, with_runner=False
     )
     assert handler.store is store
-    runner = AgentRunner(transport, sessions=sessions, queues=QueuesConfig(), runner=RunnerConfig())
+    runner = AgentRunner(
+        config_with(RunnerConfig()), AgentRegistry(), transport=transport, sessions=sessions
+    )
     assert runner.sessions is sessions

@@ -12,12 +12,13 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config import QueuesConfig, RunnerConfig
+from agentkernel.core.config import RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import LoopThread, StallWatchdog
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from tests.runner_config import config_with
 
 
 async def sleepy(turn):  # type: ignore[no-untyped-def]
@@ -42,11 +43,10 @@ def make_runner(turn_timeout: float | None = None) -> tuple[AgentRunner, InMemor
     registry.register(Agent("structured", structured))
     registry.register(Agent("own", own_timeout))
     runner = AgentRunner(
-        transport,
-        registry=registry,
+        config_with(RunnerConfig(turn_timeout=turn_timeout)),
+        registry,
+        transport=transport,
         sessions=InMemorySessionStore(),
-        queues=QueuesConfig(),
-        runner=RunnerConfig(turn_timeout=turn_timeout),
     )
     return runner, transport
 

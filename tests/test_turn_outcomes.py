@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry, RetryableError, Turn
-from agentkernel.core.config import QueuesConfig, RunnerConfig
+from agentkernel.core.config import RunnerConfig
 from agentkernel.core.errors import MessageRejectedError, StaleSessionError
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
@@ -26,6 +26,7 @@ from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from tests.runner_config import config_with
 from tests.stores.test_response_stores import create_table
 
 REPLY_LIMIT = 10_000
@@ -88,11 +89,7 @@ def runner(transport: InMemoryTransport, sessions: SessionStore, agent: Remember
     registry = AgentRegistry()
     registry.register(Agent("remember", agent))
     return AgentRunner(
-        transport,
-        registry=registry,
-        sessions=sessions,
-        queues=QueuesConfig(),
-        runner=RunnerConfig(),
+        config_with(RunnerConfig()), registry, transport=transport, sessions=sessions
     )
 
 
@@ -148,11 +145,7 @@ def test_the_committed_reply_is_sent_again_when_the_first_send_failed(
     registry = AgentRegistry()
     registry.register(Agent("remember", agent))
     runner = AgentRunner(
-        transport,
-        registry=registry,
-        sessions=sessions,
-        queues=QueuesConfig(),
-        runner=RunnerConfig(),
+        config_with(RunnerConfig()), registry, transport=transport, sessions=sessions
     )
     with pytest.raises(ConnectionError):
         run(runner.process_message(delivery("s", "first", "r1")))
@@ -288,11 +281,7 @@ def test_a_2_mb_reply_on_nats_is_answered_reply_too_large_once(nats_url: str) ->
     agent, sessions = Remembering(), InMemorySessionStore()
     registry = AgentRegistry()
     runner = AgentRunner(
-        transport,
-        registry=registry,
-        sessions=sessions,
-        queues=QueuesConfig(),
-        runner=RunnerConfig(),
+        config_with(RunnerConfig()), registry, transport=transport, sessions=sessions
     )
 
     async def big(turn: Turn) -> str:

@@ -71,7 +71,7 @@ class ECSAgentRunner(ECSSQSConsumer, AgentRunner):
     def from_environment(cls) -> ECSAgentRunner:
         config = ecs_config()
         AKConfig.set(config)
-        return cls(QueueTransportFactory.create(config.execution.queues))
+        return cls(config, AgentRegistry.default())
 
 
 class ECSOutputConsumer(ECSSQSConsumer, ResponseHandler):

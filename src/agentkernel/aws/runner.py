@@ -16,10 +16,10 @@ from typing import Any, ClassVar
 
 from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
 from agentkernel.aws.settings import ecs_config
+from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.envelope import QueueName
-from agentkernel.pipeline.transport.base import QueueTransportFactory
 
 
 class ServerlessAgentRunner(LambdaSQSConsumer, AgentRunner):
@@ -35,7 +35,7 @@ class ServerlessAgentRunner(LambdaSQSConsumer, AgentRunner):
         if runner is None:
             config = ecs_config()
             AKConfig.set(config)
-            runner = cls(QueueTransportFactory.create(config.execution.queues))
+            runner = cls(config, AgentRegistry.default())
             runner.max_receive_count = config.execution.queues.input.max_receive_count
             cls._instances[cls] = runner
         return runner

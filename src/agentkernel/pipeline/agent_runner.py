@@ -38,7 +38,7 @@ from pydantic import ValidationError
 
 from agentkernel.core.agent import AgentRegistry, Turn
 from agentkernel.core.blocking import call
-from agentkernel.core.config import AKConfig, QueuesConfig, RunnerConfig
+from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import (
     AgentNotFoundError,
     MessageRejectedError,
@@ -82,11 +82,10 @@ class AgentRunner(QueueConsumer):
     """Consumes INPUT, runs agent turns, sends replies to OUTPUT.
 
     Args:
-        transport: carries both queues.
-        registry: the agents this process runs; default the process-wide registry.
-        sessions: per-session state; default from ``session.*``.
-        queues: queue settings; default ``execution.queues``.
-        runner: runner settings; default ``execution.runner``.
+        config: settings (``execution.queues``, ``execution.runner``, ``session``).
+        registry: the agents this process runs.
+        transport: carries both queues; default the configured one.
+        sessions: per-session state; default the configured store.
     """
 
     #: Stream every turn's reply as chunks, whatever the request asked (the stream runner).
@@ -94,31 +93,32 @@ class AgentRunner(QueueConsumer):
 
     def __init__(
         self,
-        transport: QueueTransport,
+        config: AKConfig,
+        registry: AgentRegistry,
         *,
-        registry: AgentRegistry | None = None,
+        transport: QueueTransport | None = None,
         sessions: SessionStore | None = None,
-        queues: QueuesConfig | None = None,
-        runner: RunnerConfig | None = None,
     ) -> None:
-        self.transport = transport
-        self.registry = registry if registry is not None else AgentRegistry.default()
-        if sessions is None or queues is None or runner is None:
-            config = AKConfig.get()
-            sessions = sessions if sessions is not None else create_session_store(config.session)
-            queues = queues if queues is not None else config.execution.queues
-            runner = runner if runner is not None else config.execution.runner
-        self.sessions, self.queues, self.runner = sessions, queues, runner
-        self.last_attempt = LastAttempt(runner.isolate_last_attempt, queues.input.max_receive_count)
+        execution = config.execution
+        if transport is None:
+            transport = QueueTransportFactory.create(execution.queues)
+        self.transport, self.registry = transport, registry
+        self.sessions = sessions if sessions is not None else create_session_store(config.session)
+        self.queues, self.runner = execution.queues, execution.runner
+        self.last_attempt = LastAttempt(
+            self.runner.isolate_last_attempt, self.queues.input.max_receive_count
+        )
         self._last_errors = _LastErrors()
 
     # -- entry points ----------------------------------------------------------------------
 
     @classmethod
     def run(cls) -> None:
-        """Process entry: build everything from configuration and consume until SIGTERM."""
-        queues = AKConfig.get().execution.queues
-        runner = cls(QueueTransportFactory.create(queues))
+        """Process entry: build from the process's configuration and agents, consume until SIGTERM.
+
+        The CLI sets both (:meth:`AKConfig.set`, the registry the agents registered in).
+        """
+        runner = cls(AKConfig.get(), AgentRegistry.default())
         ThreadRunner.install_signal_handlers()
         runner.consumer_loop().run(close=[runner.transport.close])
 

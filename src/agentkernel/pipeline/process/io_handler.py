@@ -134,16 +134,10 @@ class IOHandler:
         return handler.consumer_loop(stop=threading.Event(), drain_timeout=OUTPUT_DRAIN_SECONDS)
 
     def _runner_loop(self) -> ConsumerLoop | InLoopConsumer:
-        execution = self.config.execution
-        runner = AgentRunner(
-            self.transport,
-            registry=self.registry,
-            queues=execution.queues,
-            runner=execution.runner,
-        )
+        runner = AgentRunner(self.config, self.registry, transport=self.transport)
         if not self._local_queue:
             return runner.consumer_loop()  # a broker keeps the queued turns: stop at shutdown
-        settings = execution.runner
+        settings = self.config.execution.runner
         return self._in_loop(
             runner.handling(), QueueName.INPUT, settings.max_in_flight, settings.drain_timeout
         )
