@@ -27,6 +27,7 @@ from agentkernel.core.errors import AKConfigError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.base import Handler
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
+from agentkernel.pipeline.consumer.in_flight import Slots, Tracker
 from agentkernel.pipeline.consumer.redelivery import STOP_CHECK_SECONDS
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
 from agentkernel.pipeline.process.event_loop import LoopThread
@@ -72,83 +73,6 @@ class LoopSettings:
             raise ValueError("drain_timeout must not be negative")
 
 
-class _Slots:
-    """Counts free in-flight places shared by all consumer threads of a loop."""
-
-    def __init__(self, size: int) -> None:
-        self._free = size
-        self._cond = threading.Condition()
-
-    def take(self, wanted: int, timeout: float) -> int:
-        """Take up to ``wanted`` places, waiting at most ``timeout`` seconds for one."""
-        with self._cond:
-            if not self._cond.wait_for(lambda: self._free > 0, timeout):
-                return 0
-            taken = min(wanted, self._free)
-            self._free -= taken
-            return taken
-
-    def give(self, count: int = 1) -> None:
-        if count:
-            with self._cond:
-                self._free += count
-                self._cond.notify_all()
-
-    def place(self) -> Callable[[], None]:
-        """A release of one taken place that frees it once, however often it is called."""
-        given = threading.Event()
-        lock = threading.Lock()
-
-        def release() -> None:
-            with lock:
-                if given.is_set():
-                    return
-                given.set()
-            self.give()
-
-        return release
-
-
-class _Tracker:
-    """Messages a consumer thread has handed out and not yet settled."""
-
-    def __init__(self) -> None:
-        self._messages: dict[int, QueueMessage] = {}
-        self._futures: dict[int, Future[None]] = {}  # the handling of a message
-        self._cond = threading.Condition()
-
-    def add(self, message: QueueMessage) -> None:
-        with self._cond:
-            self._messages[id(message)] = message
-
-    def attach(self, message: QueueMessage, future: Future[None]) -> None:
-        with self._cond:
-            if id(message) in self._messages:
-                self._futures[id(message)] = future
-
-    def done(self, message: QueueMessage) -> None:
-        with self._cond:
-            self._messages.pop(id(message), None)
-            self._futures.pop(id(message), None)
-            self._cond.notify_all()
-
-    def cancel(self, message: QueueMessage) -> None:
-        """Cancel the handling of ``message``, if any."""
-        with self._cond:
-            future = self._futures.get(id(message))
-        if future is not None:
-            future.cancel()
-
-    def wait_idle(self, timeout: float) -> bool:
-        """Wait up to ``timeout`` seconds for every message to be settled; ``False`` if not."""
-        with self._cond:
-            return self._cond.wait_for(lambda: not self._messages, timeout)
-
-    def pending(self) -> list[QueueMessage]:
-        with self._cond:
-            return list(self._messages.values())
-
-
 class ConsumerLoop:
     """Run consumer threads that fetch from one queue and hand each message to ``handling``.
 
@@ -178,7 +102,7 @@ class ConsumerLoop:
         handling.stop_when(self._stopped)
         self._drain_timeout = self.settings.drain_timeout
         s = self.settings
-        self._slots = _Slots(
+        self._slots = Slots(
             s.max_in_flight if handling.is_async else s.num_consumers * s.batch_size
         )
         self._loop = LoopThread(f"{self._queue}-turns", stall_warning=s.stall_warning)
@@ -287,7 +211,7 @@ class ConsumerLoop:
         try:
             consumer = self._open_consumer()
             if consumer is not None:
-                tracker = _Tracker()
+                tracker = Tracker()
                 self._fetch_until_stopped(consumer, tracker)
                 self._drain(consumer, tracker)
         finally:
@@ -295,7 +219,7 @@ class ConsumerLoop:
                 self._close(consumer)
             self._thread_finished()
 
-    def _fetch_until_stopped(self, consumer: TransportConsumer, tracker: _Tracker) -> None:
+    def _fetch_until_stopped(self, consumer: TransportConsumer, tracker: Tracker) -> None:
         wait = min(self.settings.wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
         with self._fetching_done:
             self._fetching += 1
@@ -336,7 +260,7 @@ class ConsumerLoop:
                 delay = min(delay * 2, MAX_CONSUMER_RETRY_SECONDS)
         return None
 
-    def _drain(self, consumer: TransportConsumer, tracker: _Tracker) -> None:
+    def _drain(self, consumer: TransportConsumer, tracker: Tracker) -> None:
         """Wait (bounded) for the messages in hand; hand back what is still unfinished.
 
         Nothing is handed back before every thread of the loop has stopped fetching: a sibling
@@ -372,7 +296,7 @@ class ConsumerLoop:
             self._stopped.wait(min(left, STOP_CHECK_SECONDS))
 
     def _fetch_and_dispatch(
-        self, consumer: TransportConsumer, tracker: _Tracker, wait: float
+        self, consumer: TransportConsumer, tracker: Tracker, wait: float
     ) -> None:
         if not self.handling.wait_fetch_open(wait):
             return
@@ -397,9 +321,7 @@ class ConsumerLoop:
         for message in messages:
             self._submit(consumer, message, tracker)
 
-    def _submit(
-        self, consumer: TransportConsumer, message: QueueMessage, tracker: _Tracker
-    ) -> None:
+    def _submit(self, consumer: TransportConsumer, message: QueueMessage, tracker: Tracker) -> None:
         release = self._slots.place()  # freed when done, or when it only waits out a delay
         tracker.add(message)
         future = self._loop.submit(self.handling.begin(consumer, message, release))
