@@ -144,7 +144,7 @@ def test_event_source_mappings_report_batch_item_failures() -> None:
 def test_tables_match_the_store_code() -> None:
     text = {
         "response": (SRC / "pipeline" / "response_store" / "dynamodb.py").read_text(),
-        "session": (SRC / "session" / "dynamodb.py").read_text(),
+        "session": (SRC / "pipeline" / "session_store" / "dynamodb.py").read_text(),
     }
     key_in_code = {
         name: re.search(r'Key=\{"(\w+)": \{"S"', source).group(1) for name, source in text.items()
@@ -195,7 +195,7 @@ def test_the_roles_cover_every_api_call_the_code_makes() -> None:
     assert sqs_calls <= granted_sqs
     store_calls = api_calls(SRC / "pipeline" / "response_store" / "dynamodb.py", "dynamodb")
     assert store_calls <= policy("io")["ResponseStore"][0]
-    session_calls = api_calls(SRC / "session" / "dynamodb.py", "dynamodb") - {
+    session_calls = api_calls(SRC / "pipeline" / "session_store" / "dynamodb.py", "dynamodb") - {
         "dynamodb:DescribeTable"  # the session store's ping; no runner route calls it
     }
     assert session_calls <= policy("runner")["SessionStore"][0]
