@@ -28,6 +28,7 @@ class HttpRequest:
     headers: dict[str, str] = field(default_factory=dict)
     query: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    identity: str | None = None  # the caller, as API Gateway's authorizer established it
 
 
 @dataclass
@@ -41,6 +42,7 @@ class SocketMessage:
     headers: dict[str, str] = field(default_factory=dict)
     query: dict[str, str] = field(default_factory=dict)
     body: bytes = b""
+    identity: str | None = None
 
 
 def parse_api_event(event: dict[str, Any]) -> HttpRequest | SocketMessage:
@@ -63,6 +65,7 @@ def parse_api_event(event: dict[str, Any]) -> HttpRequest | SocketMessage:
             headers=headers,
             query=query,
             body=body,
+            identity=authorized_identity(context),
         )
     if event.get("version") == "2.0":
         http = context.get("http") or {}
@@ -71,7 +74,29 @@ def parse_api_event(event: dict[str, Any]) -> HttpRequest | SocketMessage:
         method, path = event.get("httpMethod"), event.get("path")
     if not method or not path:
         raise BadEvent("not an API Gateway proxy event (no method or path)")
-    return HttpRequest(str(method).upper(), str(path), headers, query, body)
+    identity = authorized_identity(context)
+    return HttpRequest(str(method).upper(), str(path), headers, query, body, identity)
+
+
+def authorized_identity(context: dict[str, Any]) -> str | None:
+    """The caller as API Gateway's authorizer named it, or ``None`` without an authorizer.
+
+    Read from the places API Gateway puts it: a JWT authorizer's ``sub`` claim (HTTP API), a
+    Cognito user pool's ``sub`` claim (REST API), or a Lambda authorizer's ``principalId``
+    (REST and WebSocket APIs).
+    """
+    authorizer = context.get("authorizer")
+    if not isinstance(authorizer, dict):
+        return None
+    jwt = authorizer.get("jwt")
+    claims = jwt.get("claims") if isinstance(jwt, dict) else authorizer.get("claims")
+    for value in (
+        claims.get("sub") if isinstance(claims, dict) else None,
+        authorizer.get("principalId"),
+    ):
+        if isinstance(value, str) and value:
+            return value
+    return None
 
 
 def _body(event: dict[str, Any]) -> bytes:

@@ -1,10 +1,13 @@
 """The serverless request handler: ``Lambda.handler`` behind API Gateway.
 
-Routes and answers are those of the containerized API (see docs/http-api.md), read from HTTP API
-(payload 2.0) and REST API (1.0) proxy events. A ``rest_sync`` POST enqueues and then polls the
-DynamoDB store with a short backoff, answering 504 with the ``request_id`` before the function's
-remaining time or API Gateway's 29 seconds run out. WebSocket ``$default``/``chat`` messages are
-enqueued with the connection as the reply address and answered ``CHAT_QUEUED``::
+An adapter over the chat front (:class:`~agentkernel.pipeline.front.ChatFront`), the same one
+the containerized API serves: routes, statuses, error codes and bodies are those of
+docs/http-api.md, read from HTTP API (payload 2.0) and REST API (1.0) proxy events. A
+``rest_sync`` POST waits for its reply until the function's remaining time or API Gateway's 29
+seconds would run out, then answers 504 with the ``request_id``. The caller's identity is the
+one API Gateway's authorizer established (see :func:`~agentkernel.aws.events.authorized_identity`),
+and a reply is shown to that identity only. WebSocket ``$default``/``chat`` messages are enqueued
+with the connection as the reply address and answered ``CHAT_QUEUED``::
 
     from agentkernel.aws import Lambda
 
@@ -17,13 +20,12 @@ enqueued with the connection as the reply address and answered ``CHAT_QUEUED``::
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import re
-import time
-from collections.abc import Callable
-from typing import Any, ClassVar
-from urllib.parse import quote
+from collections.abc import Callable, Coroutine
+from typing import Any, ClassVar, TypeVar
 
 from agentkernel.aws.events import (
     BadEvent,
@@ -33,54 +35,29 @@ from agentkernel.aws.events import (
     parse_api_event,
 )
 from agentkernel.aws.settings import ecs_config
-from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
-from agentkernel.core.errors import (
-    MessageRejectedError,
-    StoreError,
-    StoreUnavailableError,
-)
-from agentkernel.pipeline.admission import admit, missing_reply
-from agentkernel.pipeline.chat import (
-    ChatRequest,
-    FrameError,
-    HTTPError,
-    check_agent,
-    parse_chat,
-    parse_frame,
-    request_id_for,
-    system_response,
-    turn_message,
-)
-from agentkernel.pipeline.envelope import (
-    ATTR_CONNECTION_ID,
-    ATTR_ENDPOINT,
-    ATTR_STREAM,
-    ATTR_TRACEPARENT,
-    QueueName,
-)
-from agentkernel.pipeline.response_store import (
-    ResponseRecord,
-    ResponseStore,
-    create_response_store,
-)
-from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.chat import FrameError, HTTPError, parse_frame, system_response
+from agentkernel.pipeline.envelope import ATTR_CONNECTION_ID, ATTR_ENDPOINT, ATTR_STREAM
+from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront
+from agentkernel.pipeline.response_store import create_response_store
+from agentkernel.pipeline.transport.base import QueueTransportFactory
 
 logger = logging.getLogger(__name__)
 
-CHAT_PATH = "/api/v1/chat"
 API_GATEWAY_LIMIT_SECONDS = 29.0
 #: Time kept back from the function's remaining time to answer 504 before it ends.
 ANSWER_MARGIN_SECONDS = 1.0
 _CHAT_GET = re.compile(r"^/api/v1/chat/([^/]+)$")
 Route = Callable[[dict[str, Any], Any], dict[str, Any]]
+T = TypeVar("T")
 
 
 class Lambda:
     """The request handler function (class-level, as users' entry files expect)."""
 
     _routes: ClassVar[dict[tuple[str, str], Route]] = {}
-    _parts: ClassVar[tuple[AKConfig, QueueTransport, ResponseStore] | None] = None
+    _front: ClassVar[ChatFront | None] = None
+    _loop: ClassVar[asyncio.AbstractEventLoop | None] = None
 
     @classmethod
     def register(cls, path: str, method: str = "GET") -> Callable[[Route], Route]:
@@ -94,18 +71,26 @@ class Lambda:
 
     @classmethod
     def reset(cls) -> None:
-        """Forget custom routes and built clients (tests)."""
-        cls._routes, cls._parts = {}, None
+        """Forget custom routes, built clients and the event loop (tests)."""
+        if cls._loop is not None:
+            cls._loop.close()
+        cls._routes, cls._front, cls._loop = {}, None, None
 
     @classmethod
-    def parts(cls) -> tuple[AKConfig, QueueTransport, ResponseStore]:
-        """Configuration, transport and store of this Lambda container (built once)."""
-        if cls._parts is None:
+    def use_front(cls, front: ChatFront) -> None:
+        """Serve ``front`` instead of one built from the environment (tests, embedding)."""
+        cls._front = front
+
+    @classmethod
+    def front(cls) -> ChatFront:
+        """The chat front of this Lambda container, built once from its configuration."""
+        if cls._front is None:
             config = ecs_config()
             AKConfig.set(config)
             transport = QueueTransportFactory.create(config.execution.queues)
-            cls._parts = (config, transport, create_response_store(config.execution.response_store))
-        return cls._parts
+            store = create_response_store(config.execution.response_store)
+            cls._front = ChatFront(transport, store, config)
+        return cls._front
 
     @classmethod
     def handler(cls, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
@@ -118,13 +103,17 @@ class Lambda:
         except BadEvent as exc:
             return http_response(400, {"error": "BAD_EVENT", "message": str(exc)})
         except HTTPError as exc:
-            return http_response(exc.status, exc.doc, exc.headers or None)
-        except StoreError as exc:
-            logger.warning("response store failed: %s", exc)
-            return _store_failure(exc)
+            return _answer(Answer.of(exc))
         except Exception:
             logger.exception("unexpected failure of the request handler")
             return http_response(500, {"error": "INTERNAL_ERROR", "message": "unexpected error"})
+
+    @classmethod
+    def _run(cls, work: Coroutine[Any, Any, T]) -> T:
+        """Run ``work`` on this container's event loop, kept across warm invocations."""
+        if cls._loop is None or cls._loop.is_closed():
+            cls._loop = asyncio.new_event_loop()
+        return cls._loop.run_until_complete(work)
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -136,62 +125,15 @@ class Lambda:
         if request.method == "GET" and request.path == "/health":
             return http_response(200, {"status": "ok"})
         if request.method == "GET" and request.path == "/api/v1/agents":
-            return http_response(200, _agents())
+            return _answer(cls.front().agents())
         if request.method == "POST" and request.path == CHAT_PATH:
-            return cls._post_chat(request, context)
+            return _answer(cls._run(cls.front().post_chat(_chat_call(request, context))))
         if request.method == "GET" and (match := _CHAT_GET.match(request.path)):
-            return cls._get_chat(match.group(1), request.query.get("request_id"))
-        raise HTTPError(404, "NOT_FOUND", f"no route {request.method} {request.path}")
-
-    @classmethod
-    def _post_chat(cls, request: HttpRequest, context: Any) -> dict[str, Any]:
-        config, transport, store = cls.parts()
-        limit = config.api.max_body_bytes
-        if len(request.body) > limit:
-            raise HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
-        chat = _check(parse_chat(request.body))
-        key = request.headers.get("idempotency-key")
-        secret = config.api.idempotency_secret
-        request_id, fresh = request_id_for(
-            chat.session_id, key, None, None if secret is None else secret.get_secret_value()
-        )
-        admit(store, chat, request_id, None)
-        if not fresh and (known := store.get(request_id)) is not None:
-            return _record_answer(known)
-        traceparent = request.headers.get("traceparent", "")
-        _enqueue(
-            transport, chat, request_id, {ATTR_TRACEPARENT: traceparent} if traceparent else {}
-        )
-        prefer = request.headers.get("prefer", "").lower()
-        if config.execution.mode != "rest_sync" or "respond-async" in prefer:
-            return http_response(
-                202, _accepted(chat.session_id, request_id), _location(chat.session_id, request_id)
+            read = cls.front().get_chat(
+                match.group(1), request.query.get("request_id"), request.identity
             )
-        wait = config.execution.response_store.sync_wait(config.api.sync_timeout, store.pushes)
-        try:
-            record = _wait(store, request_id, _budget(wait, context))
-        except StoreError as exc:  # the turn is queued: say where to read its reply
-            logger.warning("response store failed for request %s: %s", request_id, exc)
-            return _store_failure(exc, chat.session_id, request_id)
-        if record is None:
-            doc = {
-                "error": "TIMEOUT",
-                "message": "no reply within the wait budget; poll for it later",
-                "request_id": request_id,
-                "session_id": chat.session_id,
-            }
-            return http_response(504, doc, _location(chat.session_id, request_id))
-        return _record_answer(record)
-
-    @classmethod
-    def _get_chat(cls, session_id: str, request_id: str | None) -> dict[str, Any]:
-        if not request_id:
-            raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
-        store = cls.parts()[2]
-        record = store.get(request_id)
-        if record is None or record.session_id != session_id:
-            raise missing_reply(store, session_id, request_id, None)
-        return _record_answer(record)
+            return _answer(cls._run(read))
+        raise HTTPError(404, "NOT_FOUND", f"no route {request.method} {request.path}")
 
     # -- WebSocket -------------------------------------------------------------------------
 
@@ -199,21 +141,26 @@ class Lambda:
     def _socket(cls, message: SocketMessage) -> dict[str, Any]:
         if message.event_type != "MESSAGE":
             return {"statusCode": 200}
-        config, transport, store = cls.parts()
+        front = cls.front()
         request_id = None
         try:
-            request_id, chat = parse_frame(
-                message.body.decode("utf-8", "replace"), config.api.max_body_bytes
-            )
-            chat = _check(chat)
+            text = message.body.decode("utf-8", "replace")
+            request_id, chat = parse_frame(text, front.config.api.max_body_bytes)
+            chat = front.check_chat(chat)
             attributes = {
                 ATTR_CONNECTION_ID: message.connection_id,
                 ATTR_ENDPOINT: message.endpoint,
             }
             if chat.stream:
                 attributes[ATTR_STREAM] = "1"
-            admit(store, chat, request_id, None)
-            _enqueue(transport, chat, request_id, attributes)
+            enqueue = front.enqueue(
+                chat,
+                request_id,
+                message.headers.get("traceparent", ""),
+                identity=message.identity,
+                attributes=attributes,
+            )
+            cls._run(enqueue)
         except FrameError as exc:
             frame = system_response(exc.code, str(exc), exc.request_id or request_id)
             return {"statusCode": 200, "body": json.dumps(frame)}
@@ -224,87 +171,29 @@ class Lambda:
         return {"statusCode": 200, "body": json.dumps(queued)}
 
 
-def _check(chat: ChatRequest) -> ChatRequest:
-    return check_agent(chat, AgentRegistry.default())
+def _chat_call(request: HttpRequest, context: Any) -> ChatCall:
+    headers = request.headers
+    return ChatCall(
+        body=request.body,
+        identity=request.identity,
+        idempotency_key=headers.get("idempotency-key"),
+        prefer=headers.get("prefer", ""),
+        traceparent=headers.get("traceparent", ""),
+        budget=_budget(context),
+    )
 
 
-def _enqueue(
-    transport: QueueTransport, chat: ChatRequest, request_id: str, attributes: dict[str, str]
-) -> None:
-    message = turn_message(chat, request_id, attributes)
-    try:
-        transport.send(QueueName.INPUT, message)
-    except MessageRejectedError as exc:
-        raise HTTPError(413, "MESSAGE_TOO_LARGE", str(exc), session_id=chat.session_id) from exc
-    except Exception as exc:
-        logger.warning("enqueue of request %s failed: %r", request_id, exc)
-        raise HTTPError(
-            503,
-            "QUEUE_UNAVAILABLE",
-            "the turn may not have been queued; poll the request_id, or retry with the same "
-            "Idempotency-Key",
-            request_id=request_id,
-            session_id=chat.session_id,
-        ) from exc
+def _answer(answer: Answer | object) -> dict[str, Any]:
+    if not isinstance(answer, Answer):  # a stream: this front has none (no Accept is read)
+        raise HTTPError(406, "NOT_ACCEPTABLE", "streaming is not served by this function")
+    return http_response(answer.status, answer.doc, answer.headers or None)
 
 
-def _budget(sync_timeout: float, context: Any) -> float:
-    """Seconds a sync request may wait: the configured budget, API Gateway's limit, and the
-    function's remaining time, less a margin to answer 504 in."""
-    budget = min(sync_timeout, API_GATEWAY_LIMIT_SECONDS - ANSWER_MARGIN_SECONDS)
+def _budget(context: Any) -> float:
+    """Seconds a sync request may wait: API Gateway's limit and the function's remaining time,
+    less a margin to answer 504 in (the configured budget applies too, in the front)."""
+    budget = API_GATEWAY_LIMIT_SECONDS - ANSWER_MARGIN_SECONDS
     remaining = getattr(context, "get_remaining_time_in_millis", None)
     if remaining is not None:
         budget = min(budget, remaining() / 1000 - ANSWER_MARGIN_SECONDS)
     return max(budget, 0.0)
-
-
-def _wait(store: ResponseStore, request_id: str, budget: float) -> ResponseRecord | None:
-    deadline = time.monotonic() + budget
-    interval = 0.05
-    while True:
-        record = store.get(request_id)
-        remaining = deadline - time.monotonic()
-        if record is not None or remaining <= 0:
-            return record
-        time.sleep(min(interval, remaining))
-        interval = min(interval * 1.5, store.max_poll_interval)
-
-
-def _record_answer(record: ResponseRecord) -> dict[str, Any]:
-    """A stored reply as it was answered (its request id is derived from its session)."""
-    return http_response(record.status_code, record.body)
-
-
-def _store_failure(exc: StoreError, session_id: str = "", request_id: str = "") -> dict[str, Any]:
-    """503 ``STORE_UNAVAILABLE`` (retry later) or 500 ``STORE_ERROR``; for a turn that is already
-    queued, with its ``request_id`` and a ``Location`` to poll."""
-    headers: dict[str, str] = {}
-    if isinstance(exc, StoreUnavailableError):
-        status, doc = (
-            503,
-            {"error": "STORE_UNAVAILABLE", "message": "the reply store is unreachable"},
-        )
-        headers["Retry-After"] = "1"
-    else:
-        status, doc = 500, {"error": "STORE_ERROR", "message": "the reply store failed"}
-    if request_id:
-        doc |= {"request_id": request_id, "session_id": session_id}
-        headers |= _location(session_id, request_id)
-    return http_response(status, doc, headers)
-
-
-def _accepted(session_id: str, request_id: str) -> dict[str, str]:
-    return {"status": "ACCEPTED", "request_id": request_id, "session_id": session_id}
-
-
-def _location(session_id: str, request_id: str) -> dict[str, str]:
-    return {"Location": f"{CHAT_PATH}/{quote(session_id, safe='')}?request_id={request_id}"}
-
-
-def _agents() -> dict[str, Any]:
-    agents = AgentRegistry.default().agents()
-    return {
-        "agents": [
-            {"name": a.name, "description": a.description, "streaming": a.streaming} for a in agents
-        ]
-    }

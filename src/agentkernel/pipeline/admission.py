@@ -12,7 +12,6 @@ ahead (the store's outage shows up where the reply is read) and the failure is l
 from __future__ import annotations
 
 import logging
-import secrets
 
 from agentkernel.core.errors import StoreError
 from agentkernel.core.log_limit import RateLimitedLog
@@ -67,11 +66,7 @@ def missing_reply(
         StoreError: the store could not be read.
     """
     ticket = store.ticket(request_id)
-    if (
-        ticket is not None
-        and secrets.compare_digest(ticket.session_id.encode(), session_id.encode())
-        and ticket.owner == owner
-    ):
+    if ticket is not None and ticket.visible_to(session_id, owner):
         return HTTPError(
             404,
             "PENDING",

@@ -10,14 +10,19 @@ import hashlib
 import hmac
 import json
 import re
+import secrets
 import uuid
 from typing import Annotated, Any
+from urllib.parse import quote
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
 
+#: The chat routes' path: ``POST`` a turn, ``GET {CHAT_PATH}/{session_id}?request_id=`` its reply.
+CHAT_PATH = "/api/v1/chat"
+_TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 _IDEMPOTENCY_NS = uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10")
 #: Deepest nesting of arrays and objects a chat body may have: deeper bodies are refused before
 #: they are queued, since serializers along the way (and the runner's parser) stop near 200.
@@ -175,6 +180,27 @@ def turn_message(chat: ChatRequest, request_id: str, attributes: dict[str, str])
         group_id=chat.session_id,
         dedup_id=request_id,
     )
+
+
+def poll_location(session_id: str, request_id: str) -> str:
+    """The URL path where the reply of ``request_id`` can be read."""
+    return f"{CHAT_PATH}/{quote(session_id, safe='')}?request_id={quote(request_id, safe='')}"
+
+
+def wants_async(prefer: str, mode: str) -> bool:
+    """Whether the caller is answered 202 at once: ``rest_async`` mode, or ``Prefer:
+    respond-async`` (read by tokens, so ``x-respond-async-later`` is not a match)."""
+    tokens = {token.strip().split("=")[0].strip().lower() for token in prefer.split(",")}
+    return mode != "rest_sync" or "respond-async" in tokens
+
+
+def traceparent_or_new(header: str) -> str:
+    """The caller's W3C trace context, or a new one so the turn can be followed in logs."""
+    header = header.strip().lower()
+    if _TRACEPARENT.match(header):
+        return header
+    ids = secrets.token_hex(24)  # trace id and span id from one read of the system's randomness
+    return f"00-{ids[:32]}-{ids[32:]}-01"
 
 
 # -- WebSocket chat frames ---------------------------------------------------------------------

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentkernel.core.blocking import call
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, visible
 
 STREAM_CHUNK = "STREAM_CHUNK"
 
@@ -81,21 +81,24 @@ async def read_frames(
     while True:
         record = await call(store.nonblocking, store.get, request_id)
         chunks = await call(store.nonblocking, store.chunks, request_id, seen)
-        if first and record is None and not chunks and store.keeps_tickets:
+        known = True
+        if first and store.keeps_tickets:
+            # Checked before the first byte: a foreign turn's chunks are never sent.
             ticket = await call(store.nonblocking, store.ticket, request_id)
-            if ticket is None or (ticket.session_id, ticket.owner) != (session_id, owner):
-                yield _not_found(request_id, session_id)  # no such turn: say so at once
-                return
+            found = record is not None or bool(chunks)
+            known = ticket.visible_to(session_id, owner) if ticket is not None else found
+        if not known or (record is not None and not record.visible_to(session_id, owner)):
+            yield _not_found(request_id, session_id)  # no such turn for this caller: say so
+            return
         first = False
         for frame in chunks:
-            if frame.get("session_id") != session_id:
+            if not visible(str(frame.get("session_id", "")), None, session_id, None):
                 yield _not_found(request_id, session_id)
                 return
             seen, quiet_since = int(frame["index"]), time.monotonic()
             yield frame
         if record is not None:
-            same = record.session_id == session_id and record.owner in (None, owner)
-            yield done_frame(record) if same else _not_found(request_id, session_id)
+            yield done_frame(record)
             return
         if time.monotonic() - quiet_since >= idle_timeout:
             yield error_frame(request_id, session_id, "TIMEOUT", "no news of the turn in time")

@@ -14,9 +14,6 @@ from typing import Any
 
 from fastapi.responses import StreamingResponse
 
-from agentkernel.pipeline.frames import read_frames
-from agentkernel.pipeline.response_store.base import ResponseStore
-
 MEDIA_TYPE = "text/event-stream"
 KEEP_ALIVE = b": keep-alive\n\n"
 
@@ -53,25 +50,9 @@ async def events(frames: AsyncIterator[dict[str, Any] | None], after: int) -> As
 
 
 def stream_response(
-    store: ResponseStore,
-    request_id: str,
-    session_id: str,
-    *,
-    after: int = -1,
-    heartbeat: float,
-    idle_timeout: float,
-    owner: str | None = None,
+    frames: AsyncIterator[dict[str, Any] | None], request_id: str, after: int = -1
 ) -> StreamingResponse:
-    """The ``200 text/event-stream`` answer streaming ``request_id`` from the store."""
-    frames = read_frames(
-        store,
-        request_id,
-        session_id,
-        after=after,
-        heartbeat=heartbeat,
-        idle_timeout=idle_timeout,
-        owner=owner,
-    )
+    """The ``200 text/event-stream`` answer sending ``frames`` of ``request_id``."""
     return StreamingResponse(
         events(frames, after),
         media_type=MEDIA_TYPE,

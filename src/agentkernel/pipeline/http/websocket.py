@@ -13,7 +13,7 @@ import asyncio
 import contextlib
 import json
 import logging
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from fastapi import WebSocket, WebSocketDisconnect
 
@@ -24,19 +24,16 @@ from agentkernel.pipeline.chat import (
     parse_frame,
     system_response,
 )
-from agentkernel.pipeline.frames import read_frames
+from agentkernel.pipeline.front import ChatFront, StreamAnswer
 from agentkernel.pipeline.http.auth import IDENTITY
-
-if TYPE_CHECKING:
-    from agentkernel.pipeline.request_handler import RequestHandler
 
 logger = logging.getLogger(__name__)
 
 
 class ChatSocket:
-    """Serves one WebSocket connection for a :class:`RequestHandler`."""
+    """Serves one WebSocket connection over a :class:`ChatFront`."""
 
-    def __init__(self, handler: RequestHandler, websocket: WebSocket) -> None:
+    def __init__(self, handler: ChatFront, websocket: WebSocket) -> None:
         self.handler, self.ws = handler, websocket
         self.api = handler.config.api
         self._send_lock = asyncio.Lock()
@@ -70,7 +67,7 @@ class ChatSocket:
                     f"at most {self.api.ws_max_turns} turns may be open on one connection",
                     request_id,
                 )
-            await self.handler.enqueue(chat, request_id)
+            await self.handler.enqueue(chat, request_id, identity=IDENTITY.get())
         except FrameError as exc:
             await self.send(system_response(exc.code, str(exc), exc.request_id or request_id))
             return
@@ -103,25 +100,18 @@ class ChatSocket:
             await self._try_send(system_response("STORE_UNAVAILABLE", str(exc), request_id))
 
     async def _stream(self, chat: ChatRequest, request_id: str) -> None:
-        frames = read_frames(
-            self.handler.store,
-            request_id,
-            chat.session_id,
-            heartbeat=self.api.stream_heartbeat,
-            idle_timeout=self.api.sync_timeout,
-            owner=IDENTITY.get(),
-        )
-        async for frame in frames:
+        stream = StreamAnswer(request_id, chat.session_id, owner=IDENTITY.get())
+        async for frame in self.handler.frames(stream):
             if frame is not None:
                 await self.send(frame)
 
     async def _reply(self, chat: ChatRequest, request_id: str) -> None:
-        record = await self.handler.store.wait(request_id, self.api.sync_timeout)
+        record = await self.handler.wait_reply(request_id)
         if record is None:
             message = "no reply within the wait budget; poll for it with the request_id"
             await self.send(system_response("TIMEOUT", message, request_id))
             return
-        if record.session_id != chat.session_id or record.owner not in (None, IDENTITY.get()):
+        if not record.visible_to(chat.session_id, IDENTITY.get()):
             await self.send(
                 system_response("NOT_FOUND", "no such turn in this session", request_id)
             )

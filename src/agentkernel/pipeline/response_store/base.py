@@ -4,10 +4,23 @@ from __future__ import annotations
 
 import asyncio
 import json
+import secrets
 import time
 from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
+
+
+def visible(session_id: str, owner: str | None, to_session: str, to_owner: str | None) -> bool:
+    """The one rule for every read of a turn (reply, ticket, stream, WebSocket, Lambda): a turn
+    of ``session_id`` sent by ``owner`` is visible under ``to_session`` to ``to_owner`` only when
+    the sessions are the same and the turn has no owner or the same one. Compared in constant
+    time, so the time of an answer says nothing about how much of an id was right."""
+    if not secrets.compare_digest(session_id.encode(), to_session.encode()):
+        return False
+    if owner is None:
+        return True
+    return to_owner is not None and secrets.compare_digest(owner.encode(), to_owner.encode())
 
 
 @dataclass(frozen=True)
@@ -27,6 +40,10 @@ class ResponseRecord:
     status_code: int
     body: dict[str, Any] = field(default_factory=dict)
     owner: str | None = None
+
+    def visible_to(self, session_id: str, owner: str | None) -> bool:
+        """Whether ``owner`` asking under ``session_id`` may see this (see :func:`visible`)."""
+        return visible(self.session_id, self.owner, session_id, owner)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))
@@ -62,6 +79,10 @@ class TurnTicket:
     session_id: str
     fingerprint: str
     owner: str | None = None
+
+    def visible_to(self, session_id: str, owner: str | None) -> bool:
+        """Whether ``owner`` asking under ``session_id`` may see this (see :func:`visible`)."""
+        return visible(self.session_id, self.owner, session_id, owner)
 
     def to_json(self) -> str:
         return json.dumps(asdict(self))

@@ -1,0 +1,399 @@
+"""The chat front, written once: every adapter (FastAPI, ``/ws``, Lambda) only translates.
+
+:class:`ChatFront` takes what an adapter read from its request (a :class:`ChatCall`, or a session
+and request id) and returns an :class:`Answer` (status, JSON document, headers) or, for a
+streamed turn, a :class:`StreamAnswer` the adapter turns into its own stream. Admission (the
+turn's ticket), enqueueing, waiting for the reply, polling, the ``Prefer`` header, the poll
+``Location`` are decided here and nowhere else, and every read applies the one rule that a turn
+is visible only under its own session and to its own owner
+(:func:`~agentkernel.pipeline.response_store.base.visible`).
+
+Every answer to a POST that may have enqueued its turn (200, 202, 503 after a failed or timed-out
+send, 503 for a store outage or a shutdown, 504) carries the turn's ``request_id`` and a
+``Location`` to poll, so the client can always find out what became of it. A request id derived
+from ``Idempotency-Key`` is also the broker's dedup id: a retry with the same key never runs the
+turn twice. Nothing here imports a web framework (a Lambda cold start loads none).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import AsyncIterator, Mapping
+from typing import Any
+
+from agentkernel.core.agent import AgentRegistry
+from agentkernel.core.blocking import call
+from agentkernel.core.config import AKConfig
+from agentkernel.core.errors import MessageRejectedError, StoreError, StoreUnavailableError
+from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.admission import admit, missing_reply
+from agentkernel.pipeline.answers import Answer, ChatCall, StreamAnswer, TurnAddress
+from agentkernel.pipeline.chat import (
+    CHAT_PATH,
+    ChatRequest,
+    HTTPError,
+    check_agent,
+    parse_chat,
+    poll_location,
+    request_id_for,
+    traceparent_or_new,
+    turn_message,
+    wants_async,
+)
+from agentkernel.pipeline.envelope import ATTR_TRACEPARENT, ATTR_USER_ID, QueueName
+from agentkernel.pipeline.frames import read_frames
+from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.process.thread_runner import ThreadRunner
+from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.transport.base import QueueTransport
+
+__all__ = [
+    "CHAT_PATH",
+    "Answer",
+    "ChatCall",
+    "ChatFront",
+    "StreamAnswer",
+    "poll_location",
+    "wants_async",
+]
+
+logger = logging.getLogger(__name__)
+
+#: Longest wait for a readiness check of the broker or the store, in seconds.
+READY_CHECK_SECONDS = 5.0
+
+
+class ChatFront:
+    """The chat API over a transport and a response store, as plain data in and out.
+
+    Args:
+        transport: where turns are enqueued.
+        store: where replies are read.
+        config: settings; default the process-wide :class:`AKConfig`.
+        registry: agents known to this process, used to reject unknown agent names early
+            (an IO process without agents leaves that check to the runner, which answers 404).
+    """
+
+    def __init__(
+        self,
+        transport: QueueTransport,
+        store: ResponseStore,
+        config: AKConfig | None = None,
+        registry: AgentRegistry | None = None,
+    ) -> None:
+        self.transport, self.store = transport, store
+        self.config = config if config is not None else AKConfig.get()
+        self.registry = registry if registry is not None else AgentRegistry.default()
+        self._log = RateLimitedLog(logger)
+        self._waiters: dict[asyncio.Future[None], asyncio.AbstractEventLoop] = {}
+        self._waiters_lock = threading.Lock()
+        self._released = False
+
+    # -- shutdown -------------------------------------------------------------------------------
+
+    def waiting(self) -> int:
+        """How many ``rest_sync`` requests are waiting for their reply right now."""
+        with self._waiters_lock:
+            return len(self._waiters)
+
+    def release_waiters(self) -> None:
+        """Answer every waiting ``rest_sync`` request (and later ones) with 503 at once.
+
+        Called from any thread by a process that is shutting down: each caller gets its
+        ``request_id`` and a ``Location`` to poll instead of a dropped connection.
+        """
+        with self._waiters_lock:
+            self._released = True
+            waiters = list(self._waiters.items())
+        for future, loop in waiters:
+            loop.call_soon_threadsafe(_resolve, future)
+
+    # -- chat ---------------------------------------------------------------------------------
+
+    async def post_chat(self, chat_call: ChatCall) -> Answer | StreamAnswer:
+        """Enqueue a chat turn; answer with the reply (sync), 202 (async) or a stream."""
+        try:
+            return await self._post_chat(chat_call)
+        except HTTPError as exc:
+            METRICS.inc("agentkernel_http_requests_total", status=str(exc.status))
+            return Answer.of(exc)
+
+    async def _post_chat(self, chat_call: ChatCall) -> Answer | StreamAnswer:
+        chat = self.check_chat(parse_chat(self._checked_size(chat_call.body)))
+        chat.stream = chat.stream or chat_call.stream
+        owner = chat_call.identity
+        request_id, fresh = self._request_id(chat.session_id, chat_call.idempotency_key, owner)
+        turn = TurnAddress(chat.session_id, request_id)
+        await self._admit(chat, turn, owner)
+        traceparent = traceparent_or_new(chat_call.traceparent)
+        if chat_call.stream:
+            if fresh or not await self._read(turn):
+                await self._enqueue(chat, turn, traceparent, owner)
+            return StreamAnswer(request_id, chat.session_id, owner=owner)
+        if not fresh and (known := await self._read(turn)):
+            return _record_answer(known, chat.session_id, owner)
+        await self._enqueue(chat, turn, traceparent, owner)
+        if wants_async(chat_call.prefer, self.config.execution.mode):
+            return _accepted(turn)
+        record = await self._wait(turn, chat_call.budget)
+        if record is None:
+            raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
+        return _record_answer(record, chat.session_id, owner, location=turn.location)
+
+    def _checked_size(self, body: bytes) -> bytes:
+        limit = self.config.api.max_body_bytes
+        if len(body) > limit:
+            raise HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
+        return body
+
+    def check_chat(self, chat: ChatRequest) -> ChatRequest:
+        """Refuse a turn this process can already tell will fail (unknown agent, shutdown).
+
+        Raises:
+            HTTPError: 404 for an unknown agent, 503 while shutting down.
+        """
+        check_agent(chat, self.registry)
+        if ThreadRunner.shutdown_event.is_set():
+            raise HTTPError(503, "SHUTTING_DOWN", "the server is shutting down; retry elsewhere")
+        return chat
+
+    async def enqueue(
+        self,
+        chat: ChatRequest,
+        request_id: str,
+        traceparent: str = "",
+        *,
+        identity: str | None = None,
+        attributes: Mapping[str, str] | None = None,
+    ) -> None:
+        """Keep the ticket of a validated turn and put it on INPUT (the WebSocket fronts).
+
+        Args:
+            attributes: more message attributes (a Lambda WebSocket's connection and endpoint).
+
+        Raises:
+            HTTPError: 422 for a request id already used for other content, 413 when the broker
+                refuses the size, 503 when it does not answer.
+        """
+        turn = TurnAddress(chat.session_id, request_id)
+        await self._admit(chat, turn, identity)
+        await self._enqueue(chat, turn, traceparent_or_new(traceparent), identity, attributes)
+
+    async def get_chat(
+        self, session_id: str, request_id: str | None, identity: str | None = None
+    ) -> Answer:
+        """The reply of ``request_id`` once it is ready; 404 before, or under another session."""
+        try:
+            return await self._get_chat(session_id, request_id, identity)
+        except HTTPError as exc:
+            return Answer.of(exc)
+
+    async def _get_chat(
+        self, session_id: str, request_id: str | None, identity: str | None
+    ) -> Answer:
+        if not request_id:
+            raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
+        turn = TurnAddress(session_id, request_id)
+        record = await self._read(turn)
+        if record is None or not record.visible_to(session_id, identity):
+            store = self.store
+            try:
+                raise await call(
+                    store.nonblocking, missing_reply, store, session_id, request_id, identity
+                )
+            except StoreError as exc:
+                raise self._store_error(turn, exc) from exc
+        return _record_answer(record, session_id, identity, request_id=request_id)
+
+    def resume_stream(
+        self, session_id: str, request_id: str, identity: str | None, after: int
+    ) -> Answer | StreamAnswer:
+        """Resume a streamed turn: the chunks after ``after``, then live ones."""
+        if not request_id:
+            doc = {
+                "error": "INVALID_REQUEST",
+                "message": "the request_id query parameter is required",
+            }
+            return Answer(400, doc)
+        return StreamAnswer(request_id, session_id, after, identity)
+
+    def frames(self, stream: StreamAnswer) -> AsyncIterator[dict[str, Any] | None]:
+        """The frames of a streamed turn (``None``: time for a keep-alive)."""
+        api = self.config.api
+        return read_frames(
+            self.store,
+            stream.request_id,
+            stream.session_id,
+            after=stream.after,
+            heartbeat=api.stream_heartbeat,
+            idle_timeout=api.sync_timeout,
+            owner=stream.owner,
+        )
+
+    async def wait_reply(self, request_id: str) -> ResponseRecord | None:
+        """Wait for a reply up to ``api.sync_timeout`` seconds (the WebSocket front)."""
+        return await self.store.wait(request_id, self.config.api.sync_timeout)
+
+    # -- service routes -------------------------------------------------------------------------
+
+    def agents(self) -> Answer:
+        """The agents registered in this process."""
+        agents = [
+            {"name": a.name, "description": a.description, "streaming": a.streaming}
+            for a in self.registry.agents()
+        ]
+        return Answer(200, {"agents": agents})
+
+    async def ready(self) -> Answer:
+        """Readiness: the broker and the response store answer."""
+        checks = {"queue": self.transport.ping, "response_store": self.store.ping}
+        results: dict[str, str] = {}
+        for name, check in checks.items():
+            try:
+                await asyncio.wait_for(asyncio.to_thread(check), READY_CHECK_SECONDS)
+                results[name] = "ok"
+            except Exception as exc:
+                results[name] = f"unavailable: {type(exc).__name__}"
+        if all(v == "ok" for v in results.values()):
+            return Answer(200, {"status": "ready", **results})
+        down = ", ".join(name for name, v in results.items() if v != "ok")
+        doc = {"error": "NOT_READY", "message": f"not answering: {down}", "status": "not_ready"}
+        return Answer(503, doc | results)
+
+    # -- the steps of a turn ------------------------------------------------------------------
+
+    async def _admit(self, chat: ChatRequest, turn: TurnAddress, owner: str | None) -> None:
+        """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
+        await call(self.store.nonblocking, admit, self.store, chat, turn.request_id, owner)
+
+    async def _read(self, turn: TurnAddress) -> ResponseRecord | None:
+        """The stored reply of ``turn``; a store failure becomes an answer saying where to poll."""
+        try:
+            return await asyncio.to_thread(self.store.get, turn.request_id)
+        except StoreError as exc:
+            raise self._store_error(turn, exc) from exc
+
+    async def _wait(self, turn: TurnAddress, limit: float | None) -> ResponseRecord | None:
+        """Wait for the reply; a shutdown of this process cuts the wait short with a 503."""
+        loop = asyncio.get_running_loop()
+        released: asyncio.Future[None] = loop.create_future()
+        with self._waiters_lock:
+            self._waiters[released] = loop
+            if self._released:
+                released.set_result(None)
+        budget = self.config.execution.response_store.sync_wait(
+            self.config.api.sync_timeout, self.store.pushes
+        )
+        if limit is not None:
+            budget = max(min(budget, limit), 0.0)
+        waiting = asyncio.ensure_future(self.store.wait(turn.request_id, budget))
+        try:
+            either: set[asyncio.Future[Any]] = {waiting, released}
+            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
+            if waiting.done():
+                return waiting.result()
+        except StoreError as exc:
+            raise self._store_error(turn, exc) from exc
+        finally:
+            waiting.cancel()
+            with self._waiters_lock:
+                self._waiters.pop(released, None)
+        raise turn.error(
+            503,
+            "SHUTTING_DOWN",
+            "the server is shutting down; the turn is queued, poll the Location for its reply",
+        )
+
+    def _store_error(self, turn: TurnAddress, exc: StoreError) -> HTTPError:
+        self._log.log(
+            logging.WARNING,
+            f"store:{type(exc).__name__}",
+            "response store failed for request %s: %s",
+            turn.request_id,
+            exc,
+        )
+        if isinstance(exc, StoreUnavailableError):
+            message = "the reply store is unreachable; retry or poll the Location later"
+            return turn.error(503, "STORE_UNAVAILABLE", message)
+        return turn.error(500, "STORE_ERROR", "the reply store failed; poll the Location later")
+
+    def _request_id(self, session_id: str, key: str | None, owner: str | None) -> tuple[str, bool]:
+        """A fresh id, or one derived from ``Idempotency-Key`` (same key, same turn)."""
+        secret = self.config.api.idempotency_secret
+        plain = None if secret is None else secret.get_secret_value()
+        return request_id_for(session_id, key, owner, plain)
+
+    async def _enqueue(
+        self,
+        chat: ChatRequest,
+        turn: TurnAddress,
+        traceparent: str,
+        owner: str | None,
+        extra: Mapping[str, str] | None = None,
+    ) -> None:
+        """Put the turn on INPUT, its request id doubling as the broker's dedup id.
+
+        A failed or timed-out send may still have reached the broker, so the 503 carries the
+        request id and a Location: polling it, or retrying with the same Idempotency-Key,
+        resolves what happened without running the turn twice.
+        """
+        attributes = {ATTR_TRACEPARENT: traceparent} | dict(extra or {})
+        if owner is not None:
+            attributes[ATTR_USER_ID] = owner
+        message = turn_message(chat, turn.request_id, attributes)
+        try:
+            if self.transport.nonblocking:  # returns at once: no task, no timer
+                self.transport.send(QueueName.INPUT, message)
+            else:
+                send = asyncio.to_thread(self.transport.send, QueueName.INPUT, message)
+                await asyncio.wait_for(send, self.config.api.enqueue_timeout)
+        except MessageRejectedError as exc:
+            raise HTTPError(413, "MESSAGE_TOO_LARGE", str(exc), session_id=chat.session_id) from exc
+        except Exception as exc:
+            self._log.log(
+                logging.WARNING,
+                f"enqueue:{type(exc).__name__}",
+                "enqueue of request %s failed: %r",
+                turn.request_id,
+                exc,
+            )
+            raise turn.error(
+                503,
+                "QUEUE_UNAVAILABLE",
+                "the turn may not have been queued; retry with the same Idempotency-Key, or "
+                "poll the Location to see whether it ran",
+            ) from exc
+
+
+def _record_answer(
+    record: ResponseRecord,
+    session_id: str,
+    owner: str | None,
+    request_id: str | None = None,
+    location: str | None = None,
+) -> Answer:
+    if not record.visible_to(session_id, owner):
+        raise HTTPError(
+            404,
+            "NOT_FOUND",
+            "no reply for this request in this session (yet)",
+            request_id=request_id or "",
+            session_id=session_id,
+        )
+    METRICS.inc("agentkernel_http_requests_total", status=str(record.status_code))
+    headers = {"Content-Location": location} if location else {}
+    return Answer(record.status_code, record.body, headers)
+
+
+def _accepted(turn: TurnAddress) -> Answer:
+    METRICS.inc("agentkernel_http_requests_total", status="202")
+    doc = {"status": "ACCEPTED", "request_id": turn.request_id, "session_id": turn.session_id}
+    headers = {"Location": turn.location, "Preference-Applied": "respond-async"}
+    return Answer(202, doc, headers)
+
+
+def _resolve(future: asyncio.Future[None]) -> None:
+    if not future.done():
+        future.set_result(None)

@@ -1,0 +1,90 @@
+"""The FastAPI application: middleware, error shapes, and every route over one chat front.
+
+Chat routes are in :mod:`.rest`, the socket in :mod:`.websocket`; the service routes (agents,
+health, readiness, metrics) are the few lines below. Each asks the
+:class:`~agentkernel.pipeline.front.ChatFront` and translates its answer.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fastapi import FastAPI, WebSocket
+from fastapi.responses import JSONResponse, PlainTextResponse
+
+from agentkernel.pipeline.front import CHAT_PATH, ChatFront
+from agentkernel.pipeline.http import openapi
+from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_server_logs
+from agentkernel.pipeline.http.auth import Authenticator, AuthMiddleware
+from agentkernel.pipeline.http.errors import install_error_handlers
+from agentkernel.pipeline.http.rest import ChatRoutes, json_response
+from agentkernel.pipeline.http.websocket import ChatSocket
+from agentkernel.pipeline.process.metrics import METRICS
+
+__all__ = ["build_app"]
+
+
+def build_app(front: ChatFront) -> FastAPI:
+    """The application with every route of the HTTP API over ``front``."""
+    app = FastAPI(
+        title="agentkernel",
+        version="1",
+        docs_url="/docs",
+        redoc_url=None,
+        redirect_slashes=False,  # a JSON 404, not an empty 307, for "/health/"
+    )
+    install_error_handlers(app)
+    protect_server_logs()
+    api = front.config.api
+    if api.auth.enabled:
+        app.add_middleware(AuthMiddleware, authenticator=Authenticator(api.auth))
+    if api.access_log:
+        app.add_middleware(AccessLogMiddleware)  # outermost: refused requests are logged too
+    _chat_routes(app, ChatRoutes(front))
+    _service_routes(app, front)
+    return app
+
+
+def _chat_routes(app: FastAPI, routes: ChatRoutes) -> None:
+    app.post(
+        CHAT_PATH,
+        status_code=200,
+        responses=openapi.POST_RESPONSES,
+        openapi_extra=openapi.POST_BODY,
+    )(routes.post_chat)
+    app.get(CHAT_PATH + "/{session_id}", responses=openapi.GET_RESPONSES)(routes.get_chat)
+    app.get(CHAT_PATH + "/{session_id}/stream", responses=openapi.STREAM_RESPONSES)(
+        routes.get_stream
+    )
+
+    async def websocket(websocket: WebSocket) -> None:
+        """The chat WebSocket: ``CHAT_QUEUED``, then ``CHAT_RESPONSE`` or chunk frames."""
+        await ChatSocket(routes.front, websocket).serve()
+
+    app.websocket("/ws")(websocket)
+
+
+def _service_routes(app: FastAPI, front: ChatFront) -> None:
+    async def list_agents() -> dict[str, Any]:
+        """The agents registered in this process."""
+        doc: dict[str, Any] = front.agents().doc
+        return doc
+
+    async def health() -> dict[str, str]:
+        """Liveness: the process answers."""
+        return {"status": "ok"}
+
+    async def ready() -> JSONResponse:
+        """Readiness: the broker and the response store answer."""
+        return json_response(await front.ready())
+
+    async def metrics() -> PlainTextResponse:
+        """Prometheus metrics of this process."""
+        return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
+
+    app.get("/api/v1/agents", responses=openapi.PROTECTED_RESPONSES)(list_agents)
+    app.get("/health")(health)
+    app.get("/ready", responses=openapi.READY_RESPONSES)(ready)
+    app.get("/metrics", response_class=PlainTextResponse, responses=openapi.PROTECTED_RESPONSES)(
+        metrics
+    )

@@ -1,0 +1,91 @@
+"""The chat routes of the HTTP API as FastAPI handlers: read the request, ask the front, answer.
+
+``POST /api/v1/chat`` puts a turn on the INPUT queue and answers with its reply (``rest_sync``),
+202 (``rest_async`` or ``Prefer: respond-async``) or an event stream (``Accept:
+text/event-stream``); ``GET /api/v1/chat/{session_id}?request_id=`` reads a reply until its TTL
+ends, and ``.../stream`` resumes a streamed one. What each answers is decided by
+:class:`~agentkernel.pipeline.front.ChatFront`; this module only translates.
+"""
+
+from __future__ import annotations
+
+import asyncio
+
+from fastapi import Request
+from fastapi.responses import JSONResponse, Response
+
+from agentkernel.pipeline.chat import HTTPError
+from agentkernel.pipeline.front import Answer, ChatCall, ChatFront, StreamAnswer
+from agentkernel.pipeline.http import sse
+from agentkernel.pipeline.http.auth import IDENTITY
+from agentkernel.pipeline.process.metrics import METRICS
+
+
+class ChatRoutes:
+    """The FastAPI handlers of the chat routes over one front."""
+
+    def __init__(self, front: ChatFront) -> None:
+        self.front = front
+
+    async def post_chat(self, request: Request) -> Response:
+        """Enqueue a chat turn; answer with the reply (sync), 202 (async) or a stream."""
+        headers = request.headers
+        try:
+            body = await self._read_body(request)
+        except HTTPError as exc:
+            METRICS.inc("agentkernel_http_requests_total", status=str(exc.status))
+            raise
+        chat_call = ChatCall(
+            body=body,
+            identity=IDENTITY.get(),
+            idempotency_key=headers.get("idempotency-key"),
+            prefer=headers.get("prefer", ""),
+            traceparent=headers.get("traceparent", ""),
+            stream=sse.wants_stream(headers.get("accept", "")),
+        )
+        return self._response(await self.front.post_chat(chat_call))
+
+    async def get_chat(self, session_id: str, request_id: str | None = None) -> Response:
+        """The reply of ``request_id`` once it is ready; 404 before, or under another session."""
+        return self._response(await self.front.get_chat(session_id, request_id, IDENTITY.get()))
+
+    async def get_stream(self, request: Request, session_id: str, request_id: str = "") -> Response:
+        """Resume a streamed turn: the chunks after ``Last-Event-ID``, then live ones."""
+        after = sse.last_event_id(request.headers.get("last-event-id"))
+        answer = self.front.resume_stream(session_id, request_id, IDENTITY.get(), after)
+        return self._response(answer)
+
+    def _response(self, answer: Answer | StreamAnswer) -> Response:
+        if isinstance(answer, StreamAnswer):
+            return sse.stream_response(self.front.frames(answer), answer.request_id, answer.after)
+        return json_response(answer)
+
+    async def _read_body(self, request: Request) -> bytes:
+        """The body, refused past ``api.max_body_bytes`` or ``api.body_timeout`` seconds."""
+        api = self.front.config.api
+        limit = api.max_body_bytes
+        too_large = HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
+        declared = request.headers.get("content-length", "")
+        if declared.isdigit() and int(declared) > limit:
+            raise too_large
+        chunks, size = [], 0
+        try:
+            async with asyncio.timeout(api.body_timeout):
+                async for chunk in request.stream():
+                    size += len(chunk)
+                    if size > limit:
+                        raise too_large
+                    chunks.append(chunk)
+        except TimeoutError as exc:
+            raise HTTPError(
+                408,
+                "BODY_TIMEOUT",
+                f"the request body did not arrive within {api.body_timeout}s",
+                {"Connection": "close"},
+            ) from exc
+        return b"".join(chunks)
+
+
+def json_response(answer: Answer) -> JSONResponse:
+    """An :class:`Answer` as FastAPI's JSON response."""
+    return JSONResponse(answer.doc, status_code=answer.status, headers=answer.headers or None)
