@@ -22,9 +22,7 @@ The consumer, which pulls only while a fetch asks, is in :mod:`.consumer`.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -43,11 +41,8 @@ from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
-from agentkernel.pipeline.transport.nats.consumer import (
-    CLIENT_ERRORS,
-    ENVELOPE_HEADER,
-    NatsConsumer,
-)
+from agentkernel.pipeline.transport.nats.consumer import CLIENT_ERRORS, NatsConsumer
+from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +56,6 @@ FIXED = ("filter_subject", "ack_policy")
 def partition_of(group_id: str | None, partitions: int) -> int:
     """The partition a group's messages go to (stable across processes and restarts)."""
     return zlib.crc32((group_id or "").encode()) % partitions
-
-
-def encode_envelope(message: QueueMessage) -> str:
-    doc = {"g": message.group_id, "a": message.attributes}
-    return base64.b64encode(json.dumps(doc).encode()).decode()
 
 
 class _Connection:
