@@ -166,13 +166,18 @@ class NatsTransport(QueueTransport):
         for conn in connections:
             conn.close()
 
-    def run(self, coro: Any, timeout: float | None = None) -> Any:
-        """Run a client coroutine on the connection's loop, mapping client errors."""
+    def run(self, coro: Any, timeout: float | None = None, *, lookup: bool = False) -> Any:
+        """Run a client coroutine on the connection's loop, mapping client errors.
+
+        Args:
+            lookup: let ``NotFoundError`` through, for provisioning, which creates what is
+                missing; anywhere else a missing stream is a :class:`TransportError`.
+        """
         try:
             return self.conn.loop.run(coro, timeout or self.settings.request_timeout + 1)
-        except NotFoundError:
-            raise
         except CLIENT_ERRORS as exc:
+            if lookup and isinstance(exc, NotFoundError):
+                raise
             raise TransportError(f"NATS call failed: {redact_url(repr(exc))}") from exc
 
     # -- provisioning -------------------------------------------------------------------------
@@ -181,7 +186,7 @@ class NatsTransport(QueueTransport):
         stream, prefix = self.streams[queue]
         s = self.settings
         try:
-            self.run(self.conn.js.stream_info(stream))
+            self.run(self.conn.js.stream_info(stream), lookup=True)
         except NotFoundError:
             if not s.auto_provision:
                 raise AKConfigError(
@@ -229,7 +234,7 @@ class NatsTransport(QueueTransport):
             max_ack_pending=1,
         )
         try:
-            info = self.run(self.conn.js.consumer_info(stream, wanted.durable_name))
+            info = self.run(self.conn.js.consumer_info(stream, wanted.durable_name), lookup=True)
         except NotFoundError:
             if not self.settings.auto_provision:
                 raise AKConfigError(
