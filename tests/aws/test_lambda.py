@@ -392,3 +392,18 @@ def test_a_store_outage_longer_than_the_invocation_reports_the_record(
         r["messageId"] for r in event["Records"]
     ]
     assert 0.8 <= waited < 4
+
+
+def test_the_connection_store_without_a_region_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It used to raise botocore's NoRegionError, a client exception out of the backend."""
+    from agentkernel.aws.websocket import ConnectionStore
+    from agentkernel.core.errors import AKConfigError
+
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+    with pytest.raises(AKConfigError, match=r"api\.websocket\.connections_table") as caught:
+        ConnectionStore("connections")
+    assert caught.value.__cause__ is not None

@@ -92,12 +92,14 @@ def test_dynamodb_session_errors_are_classified_as_the_response_stores_are(
     """Throttling and server errors are outages to wait out, for sessions as for replies."""
     from botocore.exceptions import ClientError
 
-    from agentkernel.pipeline.session_store.dynamodb import _mapped
+    from agentkernel.pipeline.session_store.dynamodb import _errors
 
     error = ClientError(
         {"Error": {"Code": code}, "ResponseMetadata": {"HTTPStatusCode": status}}, "GetItem"
     )
-    assert isinstance(_mapped(error, "read"), SessionStoreUnavailableError) is unavailable
+    with pytest.raises(SessionStoreError) as caught, _errors("read"):
+        raise error
+    assert isinstance(caught.value, SessionStoreUnavailableError) is unavailable
 
 
 def test_unreachable_redis_is_an_outage_worth_waiting_out() -> None:
@@ -108,3 +110,26 @@ def test_unreachable_redis_is_an_outage_worth_waiting_out() -> None:
     assert isinstance(read.value, StoreUnavailableError)
     with pytest.raises(SessionStoreUnavailableError):
         store.write("s", SessionRecord(), expected_version=0)
+
+
+def no_aws_region(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("AWS_REGION", "AWS_DEFAULT_REGION", "AWS_PROFILE"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("AWS_CONFIG_FILE", "/nonexistent/aws-config")
+
+
+def test_dynamodb_session_store_without_a_region_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """It used to raise botocore's NoRegionError, a client exception out of the backend."""
+    no_aws_region(monkeypatch)
+    with pytest.raises(AKConfigError, match=r"session\.dynamodb\.region_name") as caught:
+        DynamoDBSessionStore("sessions")
+    assert caught.value.__cause__ is not None
+
+
+def test_bad_redis_session_url_is_a_config_error() -> None:
+    """It used to raise redis-py's ValueError out of the backend."""
+    with pytest.raises(AKConfigError, match=r"session\.redis\.url") as caught:
+        RedisSessionStore("http://user:secret@example.invalid/0")
+    assert "secret" not in str(caught.value)

@@ -416,3 +416,12 @@ def test_stop_fetching_cancels_the_open_requests_so_others_get_the_messages(nats
     assert [(m.body, m.receive_count) for m in got] == [("second", 1)]
     assert leaving.held == 0  # type: ignore[attr-defined]
     other.ack(got[0])
+
+
+def test_a_stream_deleted_under_a_running_transport_is_a_transport_error(nats_url: str) -> None:
+    """NotFoundError, a nats-py exception, used to leave depth() unmapped."""
+    transport = NatsTransport(settings(nats_url))
+    transport.run(transport.conn.js.delete_stream(transport.settings.input_stream))
+    with pytest.raises(TransportError) as failed:
+        transport.depth(QueueName.INPUT)
+    assert failed.value.__cause__ is not None

@@ -10,21 +10,23 @@ a refused token answers 401 and stores nothing. ``$disconnect`` removes the reco
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import time
 from typing import Any, ClassVar
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
-
 from agentkernel.auth import AuthValidator
 from agentkernel.aws.events import BadEvent, SocketMessage, http_response, parse_api_event
+from agentkernel.core.botocore_errors import botocore_errors, client
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import ResponseStoreError
 
 logger = logging.getLogger(__name__)
-_ERRORS = (BotoCoreError, ClientError)
+# Every failure of this table, an outage included, is the ResponseStoreError its callers handle.
+_errors = functools.partial(
+    botocore_errors, unavailable=ResponseStoreError, failed=ResponseStoreError
+)
 
 
 class ConnectionStore:
@@ -33,11 +35,14 @@ class ConnectionStore:
     Args:
         table_name: the DynamoDB table.
         ttl: seconds a connection record lives.
+
+    Raises:
+        AKConfigError: no AWS region is configured.
     """
 
     def __init__(self, table_name: str, ttl: float = 7200.0) -> None:
         self.table_name, self.ttl = table_name, ttl
-        self._client = boto3.client("dynamodb")
+        self._client = client("dynamodb", "api.websocket.connections_table")
 
     def add(self, connection_id: str, user_id: str | None) -> None:
         item = {
@@ -60,10 +65,8 @@ class ConnectionStore:
         self._call("delete_item", Key={"connection_id": {"S": connection_id}})
 
     def _call(self, operation: str, **kwargs: Any) -> Any:
-        try:
+        with _errors(f"DynamoDB {operation} on {self.table_name}"):
             return getattr(self._client, operation)(TableName=self.table_name, **kwargs)
-        except _ERRORS as exc:
-            raise ResponseStoreError(f"DynamoDB {operation} on {self.table_name}: {exc}") from exc
 
 
 class WebsocketConnectionHandler:

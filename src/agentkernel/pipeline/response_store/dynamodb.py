@@ -6,31 +6,29 @@ lazily (up to days later), so reads also ignore items whose ``expiry_time`` has 
 Chunks of streamed replies, and the ticket of an accepted turn, are items of their own; streaming
 clients read chunks with the same short poll.
 
-Every botocore exception is mapped in :func:`_dynamodb_errors`: an unreachable endpoint, a
-timeout, throttling or a server error becomes :class:`StoreUnavailableError` (worth
+Every botocore exception is mapped by :mod:`agentkernel.core.botocore_errors`: an unreachable
+endpoint, a timeout, throttling or a server error becomes :class:`StoreUnavailableError` (worth
 retrying), anything else :class:`ResponseStoreError`.
 """
 
 from __future__ import annotations
 
+import functools
 import json
 import math
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
-import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError, HTTPClientError, NoRegionError
-from botocore.exceptions import ConnectionError as EndpointError
 
-from agentkernel.core.config import DynamoDBStoreConfig
-from agentkernel.core.errors import (
-    AKConfigError,
-    ResponseStoreError,
-    StoreUnavailableError,
+from agentkernel.core.botocore_errors import (
+    CONDITION_FAILED,
+    botocore_errors,
+    client,
+    error_code,
 )
+from agentkernel.core.config import DynamoDBStoreConfig
+from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 
 TTL_ATTRIBUTE = "expiry_time"
@@ -40,14 +38,8 @@ _TICKET = "#ticket"  # the ticket of an accepted turn: key "<request_id>#ticket"
 _CLIENT_CONFIG = Config(
     connect_timeout=2, read_timeout=5, retries={"max_attempts": 3, "mode": "standard"}
 )
-_TRANSIENT_CODES = frozenset(
-    {
-        "ProvisionedThroughputExceededException",
-        "RequestLimitExceeded",
-        "ThrottlingException",
-        "InternalServerError",
-        "ServiceUnavailable",
-    }
+_errors = functools.partial(
+    botocore_errors, unavailable=StoreUnavailableError, failed=ResponseStoreError, unreadable=True
 )
 
 
@@ -74,19 +66,13 @@ class DynamoDBResponseStore(ResponseStore):
     ) -> None:
         super().__init__(ttl)
         self.table_name = table_name
-        try:
-            self._client = boto3.client(
-                "dynamodb",
-                region_name=region_name,
-                endpoint_url=endpoint_url,
-                config=_CLIENT_CONFIG,
-            )
-        except NoRegionError as exc:
-            raise AKConfigError(
-                "execution.response_store.dynamodb.region_name: no AWS region configured"
-            ) from exc
-        except (BotoCoreError, ValueError) as exc:
-            raise AKConfigError(f"execution.response_store.dynamodb: {exc}") from exc
+        self._client = client(
+            "dynamodb",
+            "execution.response_store.dynamodb",
+            region_name=region_name,
+            endpoint_url=endpoint_url,
+            config=_CLIENT_CONFIG,
+        )
 
     @classmethod
     def from_config(cls, config: DynamoDBStoreConfig, ttl: float) -> DynamoDBResponseStore:
@@ -102,11 +88,11 @@ class DynamoDBResponseStore(ResponseStore):
         }
         if record.owner is not None:
             item["owner"] = {"S": record.owner}
-        with _dynamodb_errors(f"write of {record.request_id}"):
+        with _errors(f"DynamoDB write of {record.request_id}"):
             self._client.put_item(TableName=self.table_name, Item=item)
 
     def get(self, request_id: str) -> ResponseRecord | None:
-        with _dynamodb_errors(f"read of {request_id}"):
+        with _errors(f"DynamoDB read of {request_id}"):
             reply = self._client.get_item(
                 TableName=self.table_name,
                 Key={"request_id": {"S": request_id}},
@@ -130,7 +116,7 @@ class DynamoDBResponseStore(ResponseStore):
             TTL_ATTRIBUTE: {"N": str(math.ceil(time.time() + self.ttl))},
         }
         try:
-            with _dynamodb_errors(f"write of the ticket of {ticket.request_id}"):
+            with _errors(f"DynamoDB write of the ticket of {ticket.request_id}"):
                 self._client.put_item(
                     TableName=self.table_name,
                     Item=item,
@@ -140,13 +126,13 @@ class DynamoDBResponseStore(ResponseStore):
                     ExpressionAttributeValues={":now": {"N": str(math.floor(time.time()))}},
                 )
         except ResponseStoreError as exc:
-            if not isinstance(exc.__cause__, ClientError) or _code(exc.__cause__) != _EXISTS:
+            if error_code(exc.__cause__) != CONDITION_FAILED:
                 raise
             return self.ticket(ticket.request_id)
         return None
 
     def ticket(self, request_id: str) -> TurnTicket | None:
-        with _dynamodb_errors(f"read of the ticket of {request_id}"):
+        with _errors(f"DynamoDB read of the ticket of {request_id}"):
             item = self._client.get_item(
                 TableName=self.table_name,
                 Key={"request_id": {"S": request_id + _TICKET}},
@@ -163,20 +149,20 @@ class DynamoDBResponseStore(ResponseStore):
             TTL_ATTRIBUTE: {"N": str(math.ceil(time.time() + self.ttl))},
         }
         try:
-            with _dynamodb_errors(f"write of a chunk of {request_id}"):
+            with _errors(f"DynamoDB write of a chunk of {request_id}"):
                 self._client.put_item(
                     TableName=self.table_name,
                     Item=item,
                     ConditionExpression="attribute_not_exists(request_id)",  # first copy wins
                 )
         except ResponseStoreError as exc:
-            if not isinstance(exc.__cause__, ClientError) or _code(exc.__cause__) != _EXISTS:
+            if error_code(exc.__cause__) != CONDITION_FAILED:
                 raise
 
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
         """Reads chunk items one by one from ``after + 1`` until one is missing (at most 100)."""
         found: list[dict[str, Any]] = []
-        with _dynamodb_errors(f"read of chunks of {request_id}"):
+        with _errors(f"DynamoDB read of chunks of {request_id}"):
             for index in range(after + 1, after + 101):
                 key = {"request_id": {"S": f"{request_id}{_CHUNK}{index}"}}
                 item = self._client.get_item(
@@ -188,41 +174,9 @@ class DynamoDBResponseStore(ResponseStore):
         return found
 
     def ping(self) -> None:
-        with _dynamodb_errors(f"check of table {self.table_name}"):
+        with _errors(f"DynamoDB check of table {self.table_name}"):
             self._client.describe_table(TableName=self.table_name)
 
     def close(self) -> None:
-        with _dynamodb_errors("close"):
+        with _errors("DynamoDB close"):
             self._client.close()
-
-
-_EXISTS = "ConditionalCheckFailedException"
-
-
-def _code(exc: ClientError) -> str:
-    return str(exc.response.get("Error", {}).get("Code", ""))
-
-
-def unavailable(exc: Exception) -> bool:
-    """Whether a botocore error says DynamoDB cannot serve the call right now (throttled, a
-    server error, unreachable): worth retrying, unlike a bad request."""
-    if isinstance(exc, ClientError):
-        status = int(exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode", 0) or 0)
-        return _code(exc) in _TRANSIENT_CODES or status >= 500
-    return isinstance(exc, (EndpointError, HTTPClientError))
-
-
-@contextmanager
-def _dynamodb_errors(operation: str) -> Iterator[None]:
-    """Map botocore exceptions (and undecodable items) to the store's errors."""
-    try:
-        yield
-    except ClientError as exc:
-        kind = StoreUnavailableError if unavailable(exc) else ResponseStoreError
-        raise kind(f"DynamoDB {operation} failed: {_code(exc) or exc}") from exc
-    except (EndpointError, HTTPClientError) as exc:
-        raise StoreUnavailableError(f"DynamoDB {operation} failed: {exc}") from exc
-    except BotoCoreError as exc:
-        raise ResponseStoreError(f"DynamoDB {operation} failed: {exc}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ResponseStoreError(f"DynamoDB {operation}: unreadable item: {exc!r}") from exc

@@ -9,32 +9,33 @@ Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; append
 on the same channel, so a streaming client connected to any IO process sees it at once. The
 ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``.
 
-Every redis-py exception is mapped in :func:`_redis_errors`: connection trouble becomes
-:class:`StoreUnavailableError` (worth retrying), anything else :class:`ResponseStoreError`.
+Every redis-py exception is mapped by :mod:`agentkernel.core.redis_errors`: connection trouble
+becomes :class:`StoreUnavailableError` (worth retrying), anything else :class:`ResponseStoreError`.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from typing import Any
 
 import redis
 
-from agentkernel.core.errors import (
-    AKConfigError,
-    ResponseStoreError,
-    StoreUnavailableError,
-)
+from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
+from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
 logger = logging.getLogger(__name__)
+
+_errors = functools.partial(
+    redis_errors, unavailable=StoreUnavailableError, failed=ResponseStoreError, unreadable=True
+)
 
 #: Longest time a waiter relies on pub/sub alone before it reads its key again, in seconds.
 RECHECK_SECONDS = 1.0
@@ -74,10 +75,7 @@ class RedisResponseStore(ResponseStore):
 
     def __init__(self, url: str, prefix: str = "ak:", ttl: float = 3600.0) -> None:
         super().__init__(ttl)
-        try:
-            self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        except ValueError as exc:  # the message names the scheme, never the password
-            raise AKConfigError(f"execution.response_store.redis.url: {exc}") from exc
+        self._redis = connect(url, "execution.response_store.redis.url")
         self._prefix = prefix
         self._waiters = WaiterRegistry()
         self._listener: threading.Thread | None = None
@@ -96,36 +94,36 @@ class RedisResponseStore(ResponseStore):
         return f"{self._prefix}ticket:{request_id}"
 
     def put(self, record: ResponseRecord) -> None:
-        with _redis_errors(f"write of {record.request_id}"):
+        with _errors(f"write of {record.request_id}"):
             pipe = self._redis.pipeline()
             pipe.set(self._key(record.request_id), record.to_json(), px=int(self.ttl * 1000))
             pipe.publish(f"{self._prefix}done:{record.request_id}", b"1")
             pipe.execute()
 
     def get(self, request_id: str) -> ResponseRecord | None:
-        with _redis_errors(f"read of {request_id}"):
+        with _errors(f"read of {request_id}"):
             raw = self._redis.get(self._key(request_id))
             return None if raw is None else ResponseRecord.from_json(raw)
 
     def accept(self, ticket: TurnTicket) -> TurnTicket | None:
         keys = [self._ticket_key(ticket.request_id)]
-        with _redis_errors(f"write of the ticket of {ticket.request_id}"):
+        with _errors(f"write of the ticket of {ticket.request_id}"):
             kept = self._accept(keys=keys, args=[ticket.to_json(), int(self.ttl * 1000)])
             return None if kept is None else TurnTicket.from_json(kept)
 
     def ticket(self, request_id: str) -> TurnTicket | None:
-        with _redis_errors(f"read of the ticket of {request_id}"):
+        with _errors(f"read of the ticket of {request_id}"):
             raw = self._redis.get(self._ticket_key(request_id))
             return None if raw is None else TurnTicket.from_json(raw)
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
         keys = [self._chunks_key(request_id), f"{self._prefix}done:{request_id}"]
         args: list[str | int] = [index, json.dumps(frame), int(self.ttl * 1000)]
-        with _redis_errors(f"write of a chunk of {request_id}"):
+        with _errors(f"write of a chunk of {request_id}"):
             self._append(keys=keys, args=args)
 
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
-        with _redis_errors(f"read of chunks of {request_id}"):
+        with _errors(f"read of chunks of {request_id}"):
             raw = self._redis.lrange(self._chunks_key(request_id), after + 1, -1)
             return [json.loads(item) for item in raw]
 
@@ -136,7 +134,7 @@ class RedisResponseStore(ResponseStore):
         return await self._wait_until(request_id, timeout, changed)
 
     def _changed(self, request_id: str, seen: int) -> bool:
-        with _redis_errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
+        with _errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
             pipe.llen(self._chunks_key(request_id))
             pipe.exists(self._key(request_id))
             length, exists = pipe.execute()
@@ -151,7 +149,7 @@ class RedisResponseStore(ResponseStore):
         while the subscription was down (Redis restarted) is lost, the key is not."""
         deadline = time.monotonic() + timeout
         while True:
-            with _redis_errors("subscription to replies"):
+            with _errors("subscription to replies"):
                 await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
             remaining = deadline - time.monotonic()
             await wait_for_record(
@@ -185,24 +183,11 @@ class RedisResponseStore(ResponseStore):
             logger.debug("reply listener stopped", exc_info=True)
 
     def ping(self) -> None:
-        with _redis_errors("ping"):
+        with _errors("ping"):
             self._redis.ping()
 
     def close(self) -> None:
-        with _redis_errors("close"), self._lock:
+        with _errors("close"), self._lock:
             if self._pubsub is not None:
                 self._pubsub.close()
             self._redis.close()
-
-
-@contextmanager
-def _redis_errors(operation: str) -> Iterator[None]:
-    """Map redis-py exceptions (and undecodable records) to the store's errors."""
-    try:
-        yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
-        raise StoreUnavailableError(f"Redis {operation} failed: {exc}") from exc
-    except redis.RedisError as exc:
-        raise ResponseStoreError(f"Redis {operation} failed: {exc}") from exc
-    except (ValueError, KeyError, TypeError) as exc:
-        raise ResponseStoreError(f"Redis {operation}: unreadable record: {exc!r}") from exc

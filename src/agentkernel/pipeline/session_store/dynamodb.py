@@ -1,28 +1,41 @@
 """Session records in DynamoDB: partition key ``session_id``, ``v``, ``doc`` (JSON), and the
 TTL attribute ``expiry_time``. A commit is one conditional put on ``v``.
+
+Every botocore exception is mapped by :mod:`agentkernel.core.botocore_errors`, with the response
+store's rule: throttling, a server error or an unreachable endpoint becomes
+:class:`SessionStoreUnavailableError` (worth retrying), anything else :class:`SessionStoreError`.
 """
 
 from __future__ import annotations
 
+import functools
 import math
 import time
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
-
+from agentkernel.core.botocore_errors import (
+    CONDITION_FAILED,
+    botocore_errors,
+    client,
+    error_code,
+)
 from agentkernel.core.errors import (
     SessionStoreError,
     SessionStoreUnavailableError,
     StaleSessionError,
 )
-from agentkernel.pipeline.response_store.dynamodb import unavailable
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
 
-_ERRORS = (BotoCoreError, ClientError)
+_errors = functools.partial(
+    botocore_errors, unavailable=SessionStoreUnavailableError, failed=SessionStoreError
+)
 
 
 class DynamoDBSessionStore(SessionStore):
-    """Args: table_name; ttl: seconds a session lives after a write; region_name; endpoint_url."""
+    """Args: table_name; ttl: seconds a session lives after a write; region_name; endpoint_url.
+
+    Raises:
+        AKConfigError: no AWS region is configured, or a setting is invalid.
+    """
 
     def __init__(
         self,
@@ -33,15 +46,15 @@ class DynamoDBSessionStore(SessionStore):
     ) -> None:
         self._table = table_name
         self._ttl = ttl
-        self._client = boto3.client("dynamodb", region_name=region_name, endpoint_url=endpoint_url)
+        self._client = client(
+            "dynamodb", "session.dynamodb", region_name=region_name, endpoint_url=endpoint_url
+        )
 
     def read(self, session_id: str) -> SessionRecord:
-        try:
+        with _errors(f"DynamoDB read of session {session_id}"):
             item = self._client.get_item(
                 TableName=self._table, Key={"session_id": {"S": session_id}}, ConsistentRead=True
             ).get("Item")
-        except _ERRORS as exc:
-            raise _mapped(exc, f"DynamoDB read of session {session_id}") from exc
         if item is None:
             return SessionRecord()
         version = int(item["v"]["N"])
@@ -62,30 +75,20 @@ class DynamoDBSessionStore(SessionStore):
         else:
             condition, values = "v = :expected", {":expected": {"N": str(expected_version)}}
         try:
-            self._client.put_item(
-                TableName=self._table,
-                Item=item,
-                ConditionExpression=condition,
-                **({"ExpressionAttributeValues": values} if values else {}),
-            )
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") == "ConditionalCheckFailedException":
-                raise StaleSessionError(
-                    f"session {session_id} changed since version {expected_version}"
-                ) from exc
-            raise _mapped(exc, f"DynamoDB write of session {session_id}") from exc
-        except BotoCoreError as exc:
-            raise _mapped(exc, f"DynamoDB write of session {session_id}") from exc
+            with _errors(f"DynamoDB write of session {session_id}"):
+                self._client.put_item(
+                    TableName=self._table,
+                    Item=item,
+                    ConditionExpression=condition,
+                    **({"ExpressionAttributeValues": values} if values else {}),
+                )
+        except SessionStoreError as exc:
+            if error_code(exc.__cause__) != CONDITION_FAILED:
+                raise
+            raise StaleSessionError(
+                f"session {session_id} changed since version {expected_version}"
+            ) from exc.__cause__
 
     def ping(self) -> None:
-        try:
+        with _errors("DynamoDB check of session table"):
             self._client.describe_table(TableName=self._table)
-        except _ERRORS as exc:
-            raise _mapped(exc, "DynamoDB session table unreachable") from exc
-
-
-def _mapped(exc: Exception, what: str) -> SessionStoreError:
-    """Throttling, a server error or an unreachable endpoint is worth retrying (as for the
-    response store); anything else is not."""
-    kind = SessionStoreUnavailableError if unavailable(exc) else SessionStoreError
-    return kind(f"{what}: {exc}")

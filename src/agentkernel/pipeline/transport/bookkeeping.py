@@ -17,6 +17,7 @@ counts must be exact across restarts and a crash must not replay finished record
 
 from __future__ import annotations
 
+import functools
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -24,8 +25,10 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from agentkernel.core.errors import TransportError
+from agentkernel.core.redis_errors import connect, redis_errors
 
 ATTEMPTS_TTL_SECONDS = 86400.0
+_errors = functools.partial(redis_errors, unavailable=TransportError, failed=TransportError)
 
 # Count one more delivery unless the record is already finished (then answer 0), atomically.
 _START_DELIVERY = """
@@ -119,10 +122,7 @@ class RedisBookkeepingStore(BookkeepingStore):
     """
 
     def __init__(self, url: str, prefix: str = "ak:", ttl: float = ATTEMPTS_TTL_SECONDS) -> None:
-        import redis
-
-        self._redis = redis.Redis.from_url(url, socket_timeout=5, socket_connect_timeout=5)
-        self._errors = (redis.RedisError,)
+        self._redis = connect(url, "execution.queues.kafka.bookkeeping_redis_url")
         self._prefix = prefix
         self._ttl = int(ttl)
         self._start = self._redis.register_script(_START_DELIVERY)
@@ -132,10 +132,8 @@ class RedisBookkeepingStore(BookkeepingStore):
         return f"{base}:finished", f"{base}:attempts"
 
     def _run(self, what: str, call: Callable[[], Any]) -> Any:
-        try:
+        with _errors(f"{what} of the Kafka bookkeeping"):
             return call()
-        except self._errors as exc:
-            raise TransportError(f"Kafka bookkeeping in Redis: {what} failed: {exc}") from exc
 
     def start_delivery(self, partition: str, offset: int) -> int:
         keys = list(self._keys(partition))

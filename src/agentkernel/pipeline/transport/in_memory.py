@@ -21,9 +21,7 @@ import itertools
 import threading
 import time
 import uuid
-from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass, field
 from typing import ClassVar
 
 from agentkernel.core.config import InMemoryQueueConfig, QueuesConfig
@@ -31,6 +29,7 @@ from agentkernel.core.errors import TransportClosedError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import resolve_soon
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.in_memory_queue import Entry, Handle, Lease, MemoryQueue
 
 Clock = Callable[[], float]
 
@@ -52,92 +51,6 @@ class ManualClock:
             self._now += seconds
 
 
-@dataclass
-class _Entry:
-    message: QueueMessage
-    deliveries: int = 0
-
-
-@dataclass
-class _Lease:
-    entry: _Entry
-    token: int
-    deadline: float
-
-
-@dataclass(frozen=True)
-class _Handle:
-    queue: _Queue
-    group: str
-    token: int
-
-
-@dataclass
-class _Queue:
-    """One queue's state, guarded by its own condition."""
-
-    cond: threading.Condition = field(default_factory=threading.Condition)
-    pending: dict[str, deque[_Entry]] = field(default_factory=dict)
-    ready: deque[str] = field(default_factory=deque)
-    leased: dict[str, _Lease] = field(default_factory=dict)
-    dedup: dict[str, float] = field(default_factory=dict)
-    dedup_order: deque[tuple[float, str]] = field(default_factory=deque)  # by expiry
-    #: (deadline, token, group) of every lease; entries of settled or moved leases are skipped.
-    expiries: list[tuple[float, int, str]] = field(default_factory=list)
-    #: Event-loop consumers waiting for a message: woken on the next notify.
-    waiters: list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]] = field(
-        default_factory=list
-    )
-    consumers: int = 0
-
-    def push(self, group: str, entry: _Entry, *, head: bool = False) -> None:
-        bucket = self.pending.setdefault(group, deque())
-        was_empty = not bucket
-        (bucket.appendleft if head else bucket.append)(entry)
-        if was_empty and group not in self.leased:
-            (self.ready.appendleft if head else self.ready.append)(group)
-
-    def release(self, group: str) -> None:
-        """The group's in-flight message is gone; let its next message be fetched."""
-        del self.leased[group]
-        if self.pending.get(group):
-            self.ready.append(group)
-        else:
-            self.pending.pop(group, None)
-
-    def lease(self, group: str, lease: _Lease) -> None:
-        """Record ``lease`` and when it runs out."""
-        self.leased[group] = lease
-        self.schedule(group, lease)
-
-    def schedule(self, group: str, lease: _Lease) -> None:
-        """Note the lease's (new) deadline; older entries for it become stale."""
-        heapq.heappush(self.expiries, (lease.deadline, lease.token, group))
-        if len(self.expiries) > 2 * len(self.leased) + 64:  # mostly settled leases: compact
-            self.expiries = [(v.deadline, v.token, g) for g, v in self.leased.items()]
-            heapq.heapify(self.expiries)
-
-    def soonest_expiry(self) -> float | None:
-        """The earliest deadline of a live lease, dropping stale entries on the way."""
-        while self.expiries:
-            deadline, token, group = self.expiries[0]
-            lease = self.leased.get(group)
-            if lease is not None and lease.token == token and lease.deadline == deadline:
-                return deadline
-            heapq.heappop(self.expiries)
-        return None
-
-    def notify(self, everyone: bool = False) -> None:
-        """Wake a blocked fetcher (every one with ``everyone``) and every event-loop waiter."""
-        if everyone:
-            self.cond.notify_all()
-        else:
-            self.cond.notify()
-        waiters, self.waiters = self.waiters, []
-        for loop, future in waiters:
-            resolve_soon(loop, future)
-
-
 class _Broker:
     """All queues of one in-memory 'server'."""
 
@@ -145,7 +58,7 @@ class _Broker:
         self.ack_wait = ack_wait
         self.dedup_window = dedup_window
         self.clock = clock
-        self.queues = {name: _Queue() for name in QueueName}
+        self.queues = {name: MemoryQueue() for name in QueueName}
         self._tokens = itertools.count(1)  # next() is atomic under the GIL
         # Message ids: unique per broker, without a system call for randomness per message.
         self._id_prefix = uuid.uuid4().hex[:16]
@@ -166,11 +79,11 @@ class _Broker:
                 }
             )
             group = message.group_id if message.group_id is not None else f"\0{stored.message_id}"
-            q.push(group, _Entry(stored))
+            q.push(group, Entry(stored))
             q.notify()
             return stored.message_id
 
-    def _is_duplicate(self, q: _Queue, dedup_id: str, now: float) -> bool:
+    def _is_duplicate(self, q: MemoryQueue, dedup_id: str, now: float) -> bool:
         while q.dedup_order and q.dedup_order[0][0] <= now:  # ids expire in the order sent
             expires, old = q.dedup_order.popleft()
             if q.dedup.get(old) == expires:
@@ -214,13 +127,13 @@ class _Broker:
                 if (loop, future) in q.waiters:  # woken by the timer, not the broker
                     q.waiters.remove((loop, future))
 
-    def _until_next_expiry(self, q: _Queue) -> float:
+    def _until_next_expiry(self, q: MemoryQueue) -> float:
         soonest = q.soonest_expiry()
         if soonest is None:
             return 3600.0
         return max(soonest - self.clock(), 0.001)
 
-    def _expire_leases(self, q: _Queue) -> None:
+    def _expire_leases(self, q: MemoryQueue) -> None:
         now = self.clock()
         while (soonest := q.soonest_expiry()) is not None and soonest <= now:
             _, _, group = heapq.heappop(q.expiries)
@@ -228,24 +141,24 @@ class _Broker:
             q.release(group)
             q.push(group, lease.entry, head=True)
 
-    def _lease(self, q: _Queue) -> QueueMessage:
+    def _lease(self, q: MemoryQueue) -> QueueMessage:
         group = q.ready.popleft()
         entry = q.pending[group].popleft()
         entry.deliveries += 1
         token = next(self._tokens)
-        q.lease(group, _Lease(entry, token, self.clock() + self.ack_wait))
+        q.lease(group, Lease(entry, token, self.clock() + self.ack_wait))
         message = entry.message
         return message.model_copy(
             update={
                 "attributes": dict(message.attributes),
                 "receive_count": entry.deliveries,
-                "native": _Handle(q, group, token),
+                "native": Handle(q, group, token),
             }
         )
 
     def settle(self, message: QueueMessage, *, requeue: bool) -> None:
         handle = message.native
-        if not isinstance(handle, _Handle):
+        if not isinstance(handle, Handle):
             raise ValueError("message was not fetched from an in-memory transport")
         q = handle.queue
         with q.cond:
@@ -261,7 +174,7 @@ class _Broker:
     def hold(self, message: QueueMessage, seconds: float) -> None:
         """Let the message's lease run out in ``seconds``, then redeliver it (a delayed nack)."""
         handle = message.native
-        if not isinstance(handle, _Handle):
+        if not isinstance(handle, Handle):
             raise ValueError("message was not fetched from an in-memory transport")
         with handle.queue.cond:
             lease = handle.queue.leased.get(handle.group)
@@ -285,7 +198,7 @@ class _Broker:
 
     def extend(self, message: QueueMessage) -> None:
         handle = message.native
-        if not isinstance(handle, _Handle):
+        if not isinstance(handle, Handle):
             return
         with handle.queue.cond:
             lease = handle.queue.leased.get(handle.group)

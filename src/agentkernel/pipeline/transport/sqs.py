@@ -12,18 +12,20 @@ empty attribute values, so an empty value travels with the custom data type ``St
 
 from __future__ import annotations
 
-import json
+import contextlib
+import functools
 import logging
 import math
 import threading
 import time
 import uuid
+from collections.abc import Iterator
 from typing import Any
 
 import boto3
 from botocore.config import Config
-from botocore.exceptions import BotoCoreError, ClientError
 
+from agentkernel.core.botocore_errors import botocore_errors, error_code
 from agentkernel.core.config import QueuesConfig, SQSQueueConfig
 from agentkernel.core.errors import (
     AKConfigError,
@@ -48,7 +50,7 @@ _FLOAT_SLACK = 1e-6  # 2.9999999 computed from floats still means 3 s
 SHORT_POLL_IDLE_SECONDS = 0.2
 MAX_MESSAGE_BYTES = 256 * 1024
 EMPTY_TYPE = "String.empty"
-_BOTO_ERRORS = (BotoCoreError, ClientError)
+_errors = functools.partial(botocore_errors, unavailable=TransportError, failed=TransportError)
 _STALE_HANDLE_CODES = {"ReceiptHandleIsInvalid", "InvalidParameterValue", "MessageNotInflight"}
 
 
@@ -174,22 +176,18 @@ class SQSTransport(QueueTransport):
         }
         if attributes:
             kwargs["MessageAttributes"] = attributes
-        try:
+        with _queue_errors("send_message", self.urls[queue]):
             return str(self.client().send_message(**kwargs)["MessageId"])
-        except _BOTO_ERRORS as exc:
-            raise _map_error(exc, self.urls[queue]) from exc
 
     def create_consumer(self, queue: QueueName) -> SQSConsumer:
         return SQSConsumer(self, QueueName(queue))
 
     def queue_attributes(self, queue: QueueName, *names: str) -> dict[str, str]:
         """Read attributes of a queue (fails fast with the queue's URL when it is missing)."""
-        try:
+        with _queue_errors("get_queue_attributes", self.urls[queue]):
             reply = self.client().get_queue_attributes(
                 QueueUrl=self.urls[queue], AttributeNames=list(names)
             )
-        except _BOTO_ERRORS as exc:
-            raise _map_error(exc, self.urls[queue]) from exc
         return dict(reply.get("Attributes", {}))
 
     def depth(self, queue: QueueName) -> int:
@@ -242,10 +240,8 @@ class SQSConsumer(TransportConsumer):
         }
         if self._override is not None:
             kwargs["VisibilityTimeout"] = self._override
-        try:
+        with _queue_errors("receive_message", self._url):
             reply = self._client.receive_message(**kwargs)
-        except _BOTO_ERRORS as exc:
-            raise _map_error(exc, self._url) from exc
         messages = [self._decode(raw) for raw in reply.get("Messages", [])]
         now = time.monotonic()
         self._received.update((m.native, now) for m in messages)
@@ -306,16 +302,13 @@ class SQSConsumer(TransportConsumer):
             self.ack(message)
 
     def _call(self, operation: str, message: QueueMessage, **kwargs: Any) -> None:
-        where = redact_url(self._url)
         try:
-            getattr(self._client, operation)(QueueUrl=self._url, **kwargs)
-        except ClientError as exc:
-            if exc.response.get("Error", {}).get("Code") in _STALE_HANDLE_CODES:
-                logger.debug("%s of %s: stale receipt handle", operation, message.message_id)
-                return
-            raise TransportError(f"SQS {operation} on {where} failed: {exc}") from exc
-        except BotoCoreError as exc:
-            raise TransportError(f"SQS {operation} on {where} failed: {exc}") from exc
+            with _errors(f"SQS {operation} on {redact_url(self._url)}"):
+                getattr(self._client, operation)(QueueUrl=self._url, **kwargs)
+        except TransportError as exc:
+            if error_code(exc.__cause__) not in _STALE_HANDLE_CODES:
+                raise
+            logger.debug("%s of %s: stale receipt handle", operation, message.message_id)
 
     def close(self) -> None:
         if not self._closed:
@@ -323,12 +316,18 @@ class SQSConsumer(TransportConsumer):
             self._client.close()
 
 
-def _map_error(exc: Exception, url: str) -> Exception:
+@contextlib.contextmanager
+def _queue_errors(operation: str, url: str) -> Iterator[None]:
+    """:data:`_errors`, except that a queue that does not exist is a configuration error."""
     url = redact_url(url)
-    code = exc.response.get("Error", {}).get("Code", "") if isinstance(exc, ClientError) else ""
-    if "NonExistentQueue" in code or code == "QueueDoesNotExist":
-        return AKConfigError(
+    try:
+        with _errors(f"SQS {operation} on {url}"):
+            yield
+    except TransportError as exc:
+        code = error_code(exc.__cause__)
+        if "NonExistentQueue" not in code and code != "QueueDoesNotExist":
+            raise
+        raise AKConfigError(
             f"execution.queues: SQS queue {url} does not exist; create it (Terraform "
             "modules/queues) before starting - agentkernel never creates production queues"
-        )
-    return TransportError(f"SQS call on {url} failed: {json.dumps(str(exc))}")
+        ) from exc.__cause__

@@ -8,7 +8,6 @@ more than it asked for, and how a closing consumer gives back what it still hold
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
 import functools
 import itertools
@@ -25,13 +24,14 @@ from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.consumer.redelivery import backoff
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, decode_envelope
+from agentkernel.pipeline.transport.nats.pull import Pull
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.nats import NatsTransport
 
 logger = logging.getLogger(__name__)
 
-ENVELOPE_HEADER = "Ak-Envelope"
 #: A no-wait probe not answered within four times the usual answer time (at least this, at most
 #: the maximum) targets a partition whose message is in flight elsewhere; its request stays open
 #: until the fetch ends.
@@ -52,13 +52,6 @@ ACK_TIMEOUT_SECONDS = 2.0
 ACK_RETRY_SECONDS = 0.5
 MAX_ACK_RETRY_SECONDS = 5.0
 CLIENT_ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
-
-
-def decode_envelope(header: str | None) -> tuple[str | None, dict[str, str]]:
-    if not header:
-        return None, {}
-    doc = json.loads(base64.b64decode(header))
-    return doc.get("g"), dict(doc.get("a") or {})
 
 
 class NatsConsumer(TransportConsumer):
@@ -99,7 +92,7 @@ class NatsConsumer(TransportConsumer):
         self._hold_limit = min(HOLD_SECONDS, self._settings.ack_wait / 3)
         self._retiring: set[asyncio.Task[None]] = set()
         self._acking: set[asyncio.Task[None]] = set()  # acks sent, confirmation not yet in
-        self._inbox: _Pull | None = None  # the inbox every request replies to, across fetches
+        self._inbox: Pull | None = None  # the inbox every request replies to, across fetches
         self._idle_timer: asyncio.TimerHandle | None = None
         self._release_timer: asyncio.TimerHandle | None = None
         self._changed: asyncio.Event = transport.run(_new_event())
@@ -170,7 +163,7 @@ class NatsConsumer(TransportConsumer):
                 loop = asyncio.get_running_loop()
                 self._idle_timer = loop.call_later(IDLE_SECONDS, self._retire_inbox)
 
-    async def _current_inbox(self) -> _Pull:
+    async def _current_inbox(self) -> Pull:
         """The consumer's inbox; a new one after a reconnect (the server may have lost the
         requests of the old one, whose partitions would then never be asked again)."""
         pull = self._inbox
@@ -188,13 +181,13 @@ class NatsConsumer(TransportConsumer):
             self._retire(self._inbox.sub)
             self._inbox = None
 
-    async def _open_inbox(self) -> _Pull:
-        pull = _Pull(self._nc.new_inbox(), self._hold, self._changed)
+    async def _open_inbox(self) -> Pull:
+        pull = Pull(self._nc.new_inbox(), self._hold, self._changed)
         pull.reconnects = self._nc.stats["reconnects"]
         pull.sub = await self._nc.subscribe(f"{pull.inbox}.*", cb=pull.on_reply)
         return pull
 
-    async def _probe(self, pull: _Pull, demand: int, deadline: float) -> None:
+    async def _probe(self, pull: Pull, demand: int, deadline: float) -> None:
         """Probe the partitions in waves until ``demand`` messages came or all were asked.
 
         Partitions the previous fetch found empty are asked last (for this fetch only, so none
@@ -227,7 +220,7 @@ class NatsConsumer(TransportConsumer):
             if self._held and pull.open:
                 return  # busy partitions' probes are open: each more wave adds more of them
 
-    def _probed(self, pull: _Pull, wave: list[int], demand: int) -> bool:
+    def _probed(self, pull: Pull, wave: list[int], demand: int) -> bool:
         return pull.answered.issuperset(wave) or len(self._held) >= demand
 
     def _probe_grace(self) -> float:
@@ -239,7 +232,7 @@ class NatsConsumer(TransportConsumer):
             self._answer_seconds += (latency - self._answer_seconds) / 8
         latencies.clear()
 
-    async def _request(self, pull: _Pull, partition: int, body: bytes) -> None:
+    async def _request(self, pull: Pull, partition: int, body: bytes) -> None:
         reply = f"{pull.inbox}.{partition}"
         pull.open.add(partition)
         await self._nc.publish(self._next_subjects[partition], body, reply)
@@ -417,49 +410,6 @@ class NatsConsumer(TransportConsumer):
             await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
         with contextlib.suppress(*CLIENT_ERRORS):  # the naks reach the server before we return
             await self._nc.flush(self._settings.request_timeout)
-
-
-class _Pull:
-    """The pull requests of one fetch: they all reply to ``<inbox>.<partition>``."""
-
-    def __init__(self, inbox: str, hold: Callable[[Any], None], changed: asyncio.Event) -> None:
-        self.inbox = inbox
-        self.sub: Any = None
-        self.reconnects = 0  # the connection's reconnect count when the inbox was opened
-        self.open: set[int] = set()  # partitions with a request not answered yet
-        self.answered: set[int] = set()  # partitions that replied (a message or a status)
-        self.idle: set[int] = set()  # partitions that had nothing for this request
-        self.probing: dict[int, float] = {}  # the current probe wave: partition -> sent at
-        self.latencies: list[float] = []  # seconds from probe to answer, within the wave
-        self._hold = hold
-        self._changed = changed
-
-    def reset(self) -> _Pull:
-        """Forget the last fetch's answers (not its open requests), to serve the next fetch."""
-        self.answered.clear()
-        self.idle = set()  # the consumer keeps the old set to order its next probes
-        self.probing.clear()
-        self.latencies.clear()
-        return self
-
-    async def on_reply(self, msg: Any) -> None:
-        status = (msg.headers or {}).get("Status")
-        partition = _partition(msg.subject)
-        if (sent := self.probing.pop(partition, None)) is not None:
-            self.latencies.append(asyncio.get_running_loop().time() - sent)
-        self.answered.add(partition)
-        if status != "100":  # anything but a heartbeat ends a request for one message
-            self.open.discard(partition)
-        if status is None:
-            self._hold(msg)
-        elif status in ("404", "408"):  # no messages; expired or others are waiting first
-            self.idle.add(partition)
-        self._changed.set()
-
-
-def _partition(subject: str) -> int:
-    tail = subject.rsplit(".", 1)[-1]
-    return int(tail) if tail.isdigit() else -1
 
 
 def _message_id(msg: Any) -> str:

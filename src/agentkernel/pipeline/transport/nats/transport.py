@@ -22,9 +22,7 @@ The consumer, which pulls only while a fetch asks, is in :mod:`.consumer`.
 from __future__ import annotations
 
 import asyncio
-import base64
 import contextlib
-import json
 import logging
 import re
 import threading
@@ -43,11 +41,8 @@ from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
-from agentkernel.pipeline.transport.nats.consumer import (
-    CLIENT_ERRORS,
-    ENVELOPE_HEADER,
-    NatsConsumer,
-)
+from agentkernel.pipeline.transport.nats.consumer import CLIENT_ERRORS, NatsConsumer
+from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
 
 logger = logging.getLogger(__name__)
 
@@ -61,11 +56,6 @@ FIXED = ("filter_subject", "ack_policy")
 def partition_of(group_id: str | None, partitions: int) -> int:
     """The partition a group's messages go to (stable across processes and restarts)."""
     return zlib.crc32((group_id or "").encode()) % partitions
-
-
-def encode_envelope(message: QueueMessage) -> str:
-    doc = {"g": message.group_id, "a": message.attributes}
-    return base64.b64encode(json.dumps(doc).encode()).decode()
 
 
 class _Connection:
@@ -176,13 +166,18 @@ class NatsTransport(QueueTransport):
         for conn in connections:
             conn.close()
 
-    def run(self, coro: Any, timeout: float | None = None) -> Any:
-        """Run a client coroutine on the connection's loop, mapping client errors."""
+    def run(self, coro: Any, timeout: float | None = None, *, lookup: bool = False) -> Any:
+        """Run a client coroutine on the connection's loop, mapping client errors.
+
+        Args:
+            lookup: let ``NotFoundError`` through, for provisioning, which creates what is
+                missing; anywhere else a missing stream is a :class:`TransportError`.
+        """
         try:
             return self.conn.loop.run(coro, timeout or self.settings.request_timeout + 1)
-        except NotFoundError:
-            raise
         except CLIENT_ERRORS as exc:
+            if lookup and isinstance(exc, NotFoundError):
+                raise
             raise TransportError(f"NATS call failed: {redact_url(repr(exc))}") from exc
 
     # -- provisioning -------------------------------------------------------------------------
@@ -191,7 +186,7 @@ class NatsTransport(QueueTransport):
         stream, prefix = self.streams[queue]
         s = self.settings
         try:
-            self.run(self.conn.js.stream_info(stream))
+            self.run(self.conn.js.stream_info(stream), lookup=True)
         except NotFoundError:
             if not s.auto_provision:
                 raise AKConfigError(
@@ -239,7 +234,7 @@ class NatsTransport(QueueTransport):
             max_ack_pending=1,
         )
         try:
-            info = self.run(self.conn.js.consumer_info(stream, wanted.durable_name))
+            info = self.run(self.conn.js.consumer_info(stream, wanted.durable_name), lookup=True)
         except NotFoundError:
             if not self.settings.auto_provision:
                 raise AKConfigError(

@@ -1,29 +1,7 @@
-"""Kafka: the session is the record key, acknowledgement is rebuilt on the client.
+"""The Kafka consumer: one group member whose private thread owns the client.
 
-Kafka only tracks a committed offset per partition, so each consumer keeps the records it fetched
-in offset order per partition and hands a record out when no earlier record of the same key is
-pending: sessions sharing a partition still run in parallel, each session strictly one turn at a
-time. ``nack`` puts the record back at the head of its session after ``retry_backoff`` seconds
-without holding up other sessions; ``dead_letter`` copies it to ``<topic><dlq_suffix>`` with an
-``ak-error`` header, then acknowledges it.
-
-One private thread per consumer owns the client (confluent-kafka serialises the calls on one
-consumer, so a commit from another thread waits for the poll in progress, and forever if that poll
-is inside a rebalance callback waiting for the committing thread). ``ack``/``nack`` only record the
-outcome; the thread sends an asynchronous commit of the finished prefix within ``POLL_SECONDS``.
-
-Crashes and rebalances replay only what was running: the committed offset moves past a finished
-prefix only, but every acknowledged record is also marked finished in the bookkeeping store, and
-the partition's next owner skips marked records instead of running them again. When a rebalance
-takes a partition away, the consumer first waits (up to ``rebalance_drain_timeout`` seconds, the
-lock released) for its records in flight there, then commits and waits up to ``commit_timeout``
-for the broker to confirm, so the next owner does not start a session's turn while the previous
-owner is still running it.
-
-Receive counts live in the bookkeeping store too (Redis for counts that survive restarts); a
-count is dropped only once a confirmed commit covers its record. There is no lease: a record
-handed to a live but stuck worker is not redelivered until its partition moves to another
-consumer (declared on the contract: ``timeout_redelivery``).
+See :mod:`agentkernel.pipeline.transport.kafka` for how records are handed out per key, and how
+commits and rebalances keep a session's turns from running twice at once.
 """
 
 from __future__ import annotations
@@ -31,37 +9,20 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections import deque
-from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from confluent_kafka import Consumer, KafkaException, Producer, TopicPartition
-from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
+from confluent_kafka import Consumer, KafkaException, TopicPartition
 
-from agentkernel.core.config import KafkaQueueConfig, QueuesConfig
-from agentkernel.core.errors import (
-    AKConfigError,
-    MessageRejectedError,
-    TransportClosedError,
-    TransportError,
-)
+from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.transport.base import (
-    QueueTransport,
-    TransportConsumer,
-    require_block,
-)
-from agentkernel.pipeline.transport.bookkeeping import (
-    BookkeepingStore,
-    InMemoryBookkeepingStore,
-    RedisBookkeepingStore,
-)
+from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.kafka.partitions import Entry, Partition, advance, message_of
+
+if TYPE_CHECKING:
+    from agentkernel.pipeline.transport.kafka.transport import KafkaTransport
 
 logger = logging.getLogger(__name__)
 
-ATTR_PREFIX = "ak-attr:"
-DEDUP_HEADER = "ak-dedup-id"
-MAX_MESSAGE_BYTES = 1_000_000
 MAX_BUFFERED = 2000
 POLL_SECONDS = 0.05  # longest a settled record waits for its commit to be sent
 CLOSE_GRACE_SECONDS = 5.0  # leaving the group, on top of commit_timeout
@@ -70,189 +31,6 @@ CLOSE_GRACE_SECONDS = 5.0  # leaving the group, on top of commit_timeout
 #: next member waits forever), and on any broker it spares the group a second rebalance.
 JOIN_SETTLE_SECONDS = 10.0
 POLL_ERROR_BACKOFF_SECONDS = 1.0
-_LIBRDKAFKA_LOG = logging.getLogger("agentkernel.kafka.librdkafka")
-
-
-@dataclass(eq=False)
-class _Entry:
-    offset: int
-    key: str
-    record: Any
-    owner: _Partition
-    state: str = "ready"  # ready | inflight | done
-    not_before: float = 0.0
-
-
-@dataclass(eq=False)
-class _Partition:
-    topic: str
-    number: int
-    books_key: str  # group:topic:number, for the bookkeeping store
-    entries: deque[_Entry] = field(default_factory=deque)
-    in_flight: set[str] = field(default_factory=set)
-    finished: list[int] = field(default_factory=list)  # done, not yet covered by a commit
-    next_offset: int = -1
-    requested: int = -1  # offset of the last commit sent
-    committed: int = -1  # offset of the last commit the broker confirmed
-    revoking: bool = False
-
-
-class KafkaTransport(QueueTransport):
-    """INPUT and OUTPUT on two topics, one consumer group per queue.
-
-    Args:
-        settings: the ``execution.queues.kafka`` block.
-        bookkeeping: receive counts and dedup claims; default from ``settings.bookkeeping``.
-    """
-
-    def __init__(self, settings: KafkaQueueConfig, bookkeeping: BookkeepingStore | None = None):
-        self.settings = settings
-        self.topics = {
-            QueueName.INPUT: settings.input_topic,
-            QueueName.OUTPUT: settings.output_topic,
-        }
-        self.bookkeeping = bookkeeping if bookkeeping is not None else _bookkeeping(settings)
-        self._producer: Any = None
-        self._lock = threading.Lock()
-        self._admin = AdminClient(self._conf())
-        self._check_topics()
-
-    @classmethod
-    def from_config(cls, block: QueuesConfig) -> KafkaTransport:
-        settings: KafkaQueueConfig = require_block(block, "kafka")
-        return cls(settings)
-
-    def _conf(self, **extra: Any) -> dict[str, Any]:
-        return {
-            "bootstrap.servers": self.settings.bootstrap_servers,
-            "logger": _LIBRDKAFKA_LOG,
-            **extra,
-            **self.settings.client_config,
-        }
-
-    # -- topics -------------------------------------------------------------------------------
-
-    def _all_topics(self) -> list[str]:
-        names = list(self.topics.values())
-        return names + [name + self.settings.dlq_suffix for name in names]
-
-    def _metadata(self) -> Any:
-        try:
-            return self._admin.list_topics(timeout=self.settings.metadata_timeout)
-        except KafkaException as exc:
-            raise TransportError(f"Kafka at {self.settings.bootstrap_servers}: {exc}") from exc
-
-    def _check_topics(self) -> None:
-        missing = [t for t in self._all_topics() if t not in self._metadata().topics]
-        if not missing:
-            return
-        if not self.settings.auto_provision:
-            raise AKConfigError(
-                f"execution.queues.kafka: topic(s) {', '.join(missing)} do not exist; create them "
-                "(e.g. Strimzi KafkaTopic resources) or set auto_provision: true for development"
-            )
-        futures = self._admin.create_topics(
-            [
-                NewTopic(t, num_partitions=self.settings.partitions, replication_factor=1)
-                for t in missing
-            ]
-        )
-        for future in futures.values():
-            future.result(self.settings.metadata_timeout)
-        deadline = time.monotonic() + self.settings.metadata_timeout
-        while any(t not in self._metadata().topics for t in missing):
-            if time.monotonic() > deadline:
-                raise TransportError(f"created topics {missing} did not appear in metadata")
-            time.sleep(0.1)
-
-    # -- sending --------------------------------------------------------------------------------
-
-    def producer(self) -> Any:
-        with self._lock:
-            if self._producer is None:
-                timeout_ms = int(self.settings.delivery_timeout * 1000)
-                self._producer = Producer(
-                    self._conf(
-                        **{
-                            "enable.idempotence": True,
-                            "acks": "all",
-                            "message.timeout.ms": timeout_ms,
-                            "linger.ms": 0,
-                        }
-                    )
-                )
-            return self._producer
-
-    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
-        headers = [(ATTR_PREFIX + k, v.encode()) for k, v in message.attributes.items()]
-        if message.dedup_id:
-            headers.append((DEDUP_HEADER, message.dedup_id.encode()))
-        key = message.group_id.encode() if message.group_id is not None else None
-        return self.produce(self.topics[queue], message.body.encode(), key, headers)
-
-    def produce(self, topic: str, value: bytes, key: bytes | None, headers: list[Any]) -> str:
-        """Produce one record and wait for the broker to confirm it."""
-        if len(value) > MAX_MESSAGE_BYTES:
-            raise MessageRejectedError(
-                f"message is {len(value)} bytes; Kafka allows {MAX_MESSAGE_BYTES}"
-            )
-        done = threading.Event()
-        outcome: list[Any] = []
-
-        def delivered(err: Any, record: Any) -> None:
-            outcome[:] = [err, record]
-            done.set()
-
-        producer = self.producer()
-        try:
-            try:
-                producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=delivered
-                )
-            except BufferError:
-                producer.poll(1.0)
-                producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=delivered
-                )
-        except (KafkaException, BufferError) as exc:
-            raise TransportError(f"Kafka produce to {topic} failed: {exc}") from exc
-        deadline = time.monotonic() + self.settings.delivery_timeout + 1
-        while not done.is_set():
-            if time.monotonic() > deadline:
-                raise TransportError(f"Kafka did not confirm the record on {topic} in time")
-            producer.poll(0.02)
-        err, record = outcome
-        if err is not None:
-            raise TransportError(f"Kafka rejected the record on {topic}: {err}")
-        return f"{topic}:{record.partition()}:{record.offset()}"
-
-    # -- the rest of QueueTransport ------------------------------------------------------------
-
-    def create_consumer(self, queue: QueueName) -> KafkaConsumer:
-        return KafkaConsumer(self, QueueName(queue))
-
-    def check_consumer_capacity(self, queue: QueueName, num_consumers: int) -> None:
-        try:
-            topic = self._metadata().topics.get(self.topics[queue])
-        except TransportError:
-            return
-        partitions = len(topic.partitions) if topic is not None else 0
-        if partitions < num_consumers:
-            logger.warning(
-                "%s consumers on topic %s with %s partitions: some will be idle",
-                num_consumers,
-                self.topics[queue],
-                partitions,
-            )
-
-    def ping(self) -> None:
-        self._metadata()
-
-    def close(self) -> None:
-        with self._lock:
-            producer, self._producer = self._producer, None
-        if producer is not None:
-            producer.flush(5)
 
 
 class KafkaConsumer(TransportConsumer):
@@ -269,7 +47,7 @@ class KafkaConsumer(TransportConsumer):
         self._topic = transport.topics[queue]
         self._group = f"{s.group_id}-{queue}"
         self._books = transport.bookkeeping
-        self._parts: dict[int, _Partition] = {}
+        self._parts: dict[int, Partition] = {}
         self._lock = threading.Condition()
         self._closed = False
         self._paused = False
@@ -372,19 +150,19 @@ class KafkaConsumer(TransportConsumer):
                 if part is None or record.offset() < part.next_offset:
                     continue  # revoked meanwhile, or already buffered
                 key = record.key().decode() if record.key() is not None else f"\0{record.offset()}"
-                part.entries.append(_Entry(record.offset(), key, record, part))
+                part.entries.append(Entry(record.offset(), key, record, part))
                 part.next_offset = record.offset() + 1
             if records:
                 self._lock.notify_all()
 
     # -- commits (client thread only) ------------------------------------------------------------
 
-    def _due(self) -> list[tuple[_Partition, int]]:
+    def _due(self) -> list[tuple[Partition, int]]:
         with self._lock:
-            due = [(p, _advance(p)) for p in self._parts.values()]
+            due = [(p, advance(p)) for p in self._parts.values()]
         return [(p, upto) for p, upto in due if upto > p.requested]
 
-    def _commit_async(self, due: list[tuple[_Partition, int]]) -> None:
+    def _commit_async(self, due: list[tuple[Partition, int]]) -> None:
         if not due:
             return
         for part, upto in due:
@@ -399,7 +177,7 @@ class KafkaConsumer(TransportConsumer):
 
     def _on_commit(self, err: Any, offsets: list[Any]) -> None:
         """The broker answered an asynchronous commit (called by the client, in ``consume``)."""
-        landed: list[tuple[_Partition, int]] = []
+        landed: list[tuple[Partition, int]] = []
         with self._lock:
             for tp in offsets:
                 part = self._parts.get(tp.partition)
@@ -414,7 +192,7 @@ class KafkaConsumer(TransportConsumer):
                     landed.append((part, tp.offset))
         self._forget(landed)
 
-    def _commit_confirmed(self, items: list[tuple[_Partition, int]]) -> None:
+    def _commit_confirmed(self, items: list[tuple[Partition, int]]) -> None:
         """Commit and wait (at most ``commit_timeout`` seconds) until the broker has it.
 
         A synchronous commit may wait forever, so this commits asynchronously and reads the
@@ -442,7 +220,7 @@ class KafkaConsumer(TransportConsumer):
             return
         logger.warning("the broker did not confirm the final commit on %s in time", self._topic)
 
-    def _forget(self, landed: list[tuple[_Partition, int]]) -> None:
+    def _forget(self, landed: list[tuple[Partition, int]]) -> None:
         for part, committed in landed:
             with self._lock:
                 covered = [o for o in part.finished if o < committed]
@@ -460,7 +238,7 @@ class KafkaConsumer(TransportConsumer):
             return  # leaving: the partitions go back unread (see _settle_join)
         with self._lock:
             for tp in partitions:
-                self._parts[tp.partition] = _Partition(
+                self._parts[tp.partition] = Partition(
                     tp.topic, tp.partition, f"{self._group}:{tp.topic}:{tp.partition}"
                 )
 
@@ -476,7 +254,7 @@ class KafkaConsumer(TransportConsumer):
         """The group already gave these partitions away: nothing to wait for or commit."""
         self._release({tp.partition for tp in partitions}, drain=False)
 
-    def _release(self, numbers: set[int], drain: bool) -> list[tuple[_Partition, int]]:
+    def _release(self, numbers: set[int], drain: bool) -> list[tuple[Partition, int]]:
         timeout = self._transport.settings.rebalance_drain_timeout if drain else 0.0
         deadline = time.monotonic() + timeout
         with self._lock:
@@ -493,7 +271,7 @@ class KafkaConsumer(TransportConsumer):
                         part.books_key,
                         len(part.in_flight),
                     )
-            due = [(p, _advance(p)) for p in moving]
+            due = [(p, advance(p)) for p in moving]
         return [(p, upto) for p, upto in due if upto > p.committed]
 
     # -- the TransportConsumer side (any thread) -------------------------------------------------
@@ -513,9 +291,9 @@ class KafkaConsumer(TransportConsumer):
             if out or remaining <= 0:
                 return out
 
-    def _pick(self, batch_size: int) -> list[_Entry]:
+    def _pick(self, batch_size: int) -> list[Entry]:
         """Ready records whose session has nothing earlier pending, in offset order."""
-        picked: list[_Entry] = []
+        picked: list[Entry] = []
         now = time.monotonic()
         for part in self._parts.values():
             if part.revoking:
@@ -533,12 +311,12 @@ class KafkaConsumer(TransportConsumer):
                     picked.append(entry)
         return picked
 
-    def _deliver(self, picked: list[_Entry]) -> list[QueueMessage]:
+    def _deliver(self, picked: list[Entry]) -> list[QueueMessage]:
         """Turn picked entries into messages; skip duplicates and records already finished."""
         out: list[QueueMessage] = []
         for i, entry in enumerate(picked):
             try:
-                message = self._open(entry)
+                message = message_of(entry, self._books, self._transport.settings.dedup_window)
             except TransportError:
                 for rest in picked[i:]:
                     self._settle_entry(rest, "ready")
@@ -552,33 +330,7 @@ class KafkaConsumer(TransportConsumer):
                 out.append(message)
         return out
 
-    def _open(self, entry: _Entry) -> QueueMessage | None:
-        part, record = entry.owner, entry.record
-        position = f"{part.topic}:{part.number}:{entry.offset}"
-        headers = {k: v for k, v in (record.headers() or [])}
-        dedup = headers.get(DEDUP_HEADER)
-        window = self._transport.settings.dedup_window
-        if dedup is not None and not self._books.claim_dedup(dedup.decode(), position, window):
-            return None  # a duplicate of a record already accepted
-        count = self._books.start_delivery(part.books_key, entry.offset)
-        if count == 0:
-            logger.info("skipping %s: finished before a crash or rebalance", position)
-            return None
-        return QueueMessage(
-            body=record.value().decode() if record.value() is not None else "",
-            attributes={
-                k.removeprefix(ATTR_PREFIX): v.decode()
-                for k, v in headers.items()
-                if k.startswith(ATTR_PREFIX)
-            },
-            group_id=record.key().decode() if record.key() is not None else None,
-            dedup_id=dedup.decode() if dedup is not None else None,
-            receive_count=count,
-            message_id=position,
-            native=entry,
-        )
-
-    def _settle_entry(self, entry: _Entry, state: str, not_before: float = 0.0) -> bool:
+    def _settle_entry(self, entry: Entry, state: str, not_before: float = 0.0) -> bool:
         """Record an outcome; the client thread commits it within one poll (no I/O here)."""
         part = entry.owner
         with self._lock:
@@ -592,7 +344,7 @@ class KafkaConsumer(TransportConsumer):
             return True
 
     def ack(self, message: QueueMessage) -> None:
-        entry: _Entry = message.native
+        entry: Entry = message.native
         if entry.state == "inflight":
             try:  # so the partition's next owner skips it even if no commit covers it yet
                 self._books.finish(entry.owner.books_key, entry.offset)
@@ -631,20 +383,3 @@ class KafkaConsumer(TransportConsumer):
         self._pump.join(limit)
         if self._pump.is_alive():
             logger.warning("the Kafka consumer of %s did not close in %ss", self._topic, limit)
-
-
-def _advance(part: _Partition) -> int:
-    """Drop the finished prefix; return the offset a commit may move to (-1: nothing read)."""
-    while part.entries and part.entries[0].state == "done":
-        part.entries.popleft()
-    return part.entries[0].offset if part.entries else part.next_offset
-
-
-def _bookkeeping(settings: KafkaQueueConfig) -> BookkeepingStore:
-    if settings.bookkeeping == "redis":
-        return RedisBookkeepingStore(settings.bookkeeping_redis_url, f"ak:{settings.group_id}:")
-    logger.warning(
-        "Kafka receive counts and dedup are kept in memory: they reset when a worker restarts; "
-        "set execution.queues.kafka.bookkeeping: redis to keep them exact"
-    )
-    return InMemoryBookkeepingStore()

@@ -1,44 +1,22 @@
-"""The public contract suite every queue transport must pass.
-
-Subclass :class:`QueueTransportContract` in a test module, implement :meth:`make_transport`, and
-pytest collects every case::
-
-    class TestMyTransport(QueueTransportContract):
-        ack_wait = 1.0
-
-        def make_transport(self) -> QueueTransport:
-            return MyTransport(visibility_timeout=self.ack_wait)
-
-Capability flags declare a guarantee the broker cannot give; set one to ``False`` only with a
-comment saying why. The cases that check a declared-off capability are removed from that
-subclass's suite (they are not skipped: nothing is silently passed over at run time).
-Time-dependent cases call :meth:`advance`, which sleeps by default and which an in-process
-transport may override to move a fake clock instead.
-
-For detailed assertion messages, call ``pytest.register_assert_rewrite(
-"agentkernel.pipeline.testing")`` in your ``conftest.py`` before importing this module.
-"""
+"""The cases of the contract suite; see :mod:`agentkernel.pipeline.testing`."""
 
 from __future__ import annotations
 
 import threading
 import time
-import uuid
 from collections import defaultdict
-from collections.abc import Iterator
 from typing import ClassVar
 
 import pytest
 
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.testing.fixtures import ContractFixtures
+from agentkernel.pipeline.transport.base import QueueTransport
 
-__all__ = ["QueueTransportContract"]
 
-
-class QueueTransportContract:
-    """Mixin of test cases for a :class:`QueueTransport`; see the module docstring."""
+class QueueTransportContract(ContractFixtures):
+    """Test cases for a :class:`QueueTransport`; see :mod:`agentkernel.pipeline.testing`."""
 
     #: Lease (visibility timeout / ack wait) the transport under test was configured with, s.
     ack_wait: ClassVar[float] = 1.0
@@ -90,73 +68,6 @@ class QueueTransportContract:
             if not getattr(cls, capability):
                 for case in cases:
                     setattr(cls, case, None)  # not collected by pytest
-
-    # -- hooks ---------------------------------------------------------------------------
-
-    def make_transport(self) -> QueueTransport:
-        """Return a fresh transport whose queues no other test uses."""
-        raise NotImplementedError
-
-    def advance(self, seconds: float) -> None:
-        """Let ``seconds`` of broker time pass."""
-        time.sleep(seconds)
-
-    def distinct_groups(self, n: int) -> list[str]:
-        """``n`` group ids the transport can run in parallel (override for partitioned brokers,
-        where two sessions that share a partition are served one after the other)."""
-        return [f"s{i}" for i in range(1, n + 1)]
-
-    def open_consumers(self, transport: QueueTransport, queue: QueueName) -> int | None:
-        """How many consumers of ``queue`` hold broker resources, or ``None`` if unknowable."""
-        return None
-
-    # -- fixtures and helpers ------------------------------------------------------------
-
-    @pytest.fixture(autouse=True)
-    def _close_consumers(self) -> Iterator[None]:
-        self._consumers: list[TransportConsumer] = []
-        self._transports: list[QueueTransport] = []
-        yield
-        for consumer in self._consumers:
-            consumer.close()
-        for transport in self._transports:
-            transport.close()
-
-    @pytest.fixture
-    def transport(self) -> QueueTransport:
-        transport = self.make_transport()
-        self._transports.append(transport)
-        return transport
-
-    def consumer(self, transport: QueueTransport, queue: QueueName) -> TransportConsumer:
-        consumer = transport.create_consumer(queue)
-        self._consumers.append(consumer)
-        return consumer
-
-    @staticmethod
-    def msg(body: str, group: str | None = "g1", dedup: str | None = None) -> QueueMessage:
-        return QueueMessage(
-            body=body,
-            group_id=group,
-            dedup_id=dedup or uuid.uuid4().hex,
-            attributes={"request_id": uuid.uuid4().hex},
-        )
-
-    def fetch_one(self, consumer: TransportConsumer) -> QueueMessage:
-        got = self.fetch_n(consumer, 1)
-        assert len(got) == 1, f"expected one message within {self.fetch_wait}s, got {len(got)}"
-        return got[0]
-
-    def fetch_n(self, consumer: TransportConsumer, n: int) -> list[QueueMessage]:
-        """Fetch until ``n`` messages arrived or ``fetch_wait`` passed; never acks."""
-        got: list[QueueMessage] = []
-        deadline = time.monotonic() + self.fetch_wait
-        while len(got) < n and (remaining := deadline - time.monotonic()) > 0:
-            got.extend(consumer.fetch(n - len(got), min(remaining, 1.0)))
-        return got
-
-    def assert_empty(self, consumer: TransportConsumer) -> None:
-        assert consumer.fetch(10, self.empty_wait) == []
 
     # -- the six guarantees ----------------------------------------------------------------
 

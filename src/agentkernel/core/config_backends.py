@@ -1,0 +1,239 @@
+"""The configuration models of the queues and the response store (``execution.queues``,
+``execution.response_store``); re-exported by :mod:`agentkernel.core.config`.
+
+All durations are float seconds.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+
+class Block(BaseModel):
+    """A config block: an unknown key is an error (it would silently become the default)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class QueueSettings(Block):
+    """Backend-neutral settings of one queue (``input`` or ``output``)."""
+
+    url: str | None = Field(
+        None, description="Queue address where the broker needs one (the SQS queue URL)."
+    )
+    max_receive_count: int = Field(
+        3,
+        ge=1,
+        description="Deliveries allowed before the permanent-failure hook runs: with 3, a message "
+        "is processed on deliveries 1-3 and answered with an error reply on delivery 4.",
+    )
+    no_of_consumers: int = Field(
+        5, ge=1, description="Consumer threads per process polling this queue."
+    )
+
+
+class InputQueueSettings(QueueSettings):
+    """``execution.queues.input``: the queue of chat turns, consumed by Agent Runners."""
+
+    no_of_consumers: int = Field(
+        5, ge=1, description="Agent Runner consumer threads per process polling INPUT."
+    )
+
+
+class OutputQueueSettings(QueueSettings):
+    """``execution.queues.output``: the queue of replies, consumed by the IO process."""
+
+    no_of_consumers: int = Field(
+        2, ge=1, description="Response-handler consumer threads per IO process polling OUTPUT."
+    )
+
+
+class InMemoryQueueConfig(Block):
+    """Tuning of the in-process transport (embedded topology, tests)."""
+
+    ack_wait: float = Field(
+        300.0, gt=0, description="Seconds a fetched, unacknowledged message stays invisible."
+    )
+    dedup_window: float = Field(
+        300.0, ge=0, description="Seconds during which a repeated dedup_id is dropped at send."
+    )
+
+
+class SQSQueueConfig(Block):
+    """Amazon SQS (FIFO) transport; the queue URLs come from ``input.url``/``output.url``."""
+
+    region_name: str | None = Field(None, description="AWS region; default from the environment.")
+    endpoint_url: str | None = Field(
+        None, description="Override the SQS endpoint (a local test server such as moto)."
+    )
+    wait_time_seconds: float = Field(
+        20.0, ge=0, le=20, description="Longest long poll per receive call, in seconds."
+    )
+    visibility_timeout: float | None = Field(
+        30.0,
+        gt=0,
+        le=43200,
+        description="Seconds a received message stays hidden (its lease, extended while the turn "
+        "runs); short so a crashed runner costs seconds. null uses the queue's own setting.",
+    )
+
+
+class NatsQueueConfig(Block):
+    """NATS JetStream transport with client-side per-session partitions."""
+
+    url: str = Field("nats://127.0.0.1:4222", description="NATS server URL.")
+    input_stream: str = Field("AGENT_REQUESTS", description="JetStream stream of the INPUT queue.")
+    input_subject_prefix: str = Field("chat.req", description="Subject prefix of INPUT messages.")
+    output_stream: str = Field("AGENT_REPLIES", description="JetStream stream of the OUTPUT queue.")
+    output_subject_prefix: str = Field("chat.out", description="Subject prefix of OUTPUT messages.")
+    partitions: int = Field(
+        32,
+        ge=1,
+        description="Partitions per stream; one message per partition is in flight at a time, so "
+        "this bounds the turns running at once across the whole deployment. Cannot change while "
+        "the streams have consumers for another count (start-up fails).",
+    )
+    ack_wait: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds before an unacknowledged message is redelivered (its lease, extended "
+        "while the turn runs); short so a crashed runner stalls its partitions for seconds. "
+        "Existing consumers are updated at start-up (or refused without auto_provision).",
+    )
+    duplicate_window: float = Field(
+        300.0, gt=0, description="Seconds the stream remembers a Nats-Msg-Id for dedup."
+    )
+    max_age: float = Field(86400.0, gt=0, description="Seconds a message may wait in a stream.")
+    retry_backoff: float = Field(
+        2.0, ge=0, description="Seconds a nacked message waits before it is redelivered."
+    )
+    request_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a server reply.")
+    auto_provision: bool = Field(
+        False,
+        description="Create missing streams and consumers (development). When false a missing "
+        "one fails start-up with an error naming it.",
+    )
+
+
+class KafkaQueueConfig(Block):
+    """Kafka transport; attempts and dedup are tracked in a bookkeeping store."""
+
+    bootstrap_servers: str = Field("127.0.0.1:9092", description="Comma-separated brokers.")
+    input_topic: str = Field("agent-input", description="Topic of the INPUT queue.")
+    output_topic: str = Field("agent-output", description="Topic of the OUTPUT queue.")
+    group_id: str = Field(
+        "agentkernel", description="Consumer group prefix; '-input'/'-output' is appended."
+    )
+    dlq_suffix: str = Field(".dlq", description="Dead letters go to '<topic><dlq_suffix>'.")
+    retry_backoff: float = Field(
+        2.0, ge=0, description="Seconds before a nacked record is served again."
+    )
+    delivery_timeout: float = Field(
+        30.0, gt=0, description="Seconds send() waits for the broker to confirm a record."
+    )
+    metadata_timeout: float = Field(5.0, gt=0, description="Seconds to wait for topic metadata.")
+    dedup_window: float = Field(
+        300.0, gt=0, description="Seconds a dedup_id is remembered (in the bookkeeping store)."
+    )
+    rebalance_drain_timeout: float = Field(
+        30.0,
+        ge=0,
+        description="Seconds a consumer losing a partition waits for its in-flight records there "
+        "to finish before handing the partition over.",
+    )
+    commit_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds a consumer giving up a partition (rebalance or close) waits for "
+        "the broker to confirm its last commit there.",
+    )
+    auto_provision: bool = Field(
+        False, description="Create missing topics (development); otherwise fail at start-up."
+    )
+    partitions: int = Field(8, ge=1, description="Partitions of topics created by auto_provision.")
+    bookkeeping: Literal["in_memory", "redis"] = Field(
+        "in_memory",
+        description="Where receive counts and dedup claims live; 'redis' survives worker restarts.",
+    )
+    bookkeeping_redis_url: str = Field(
+        "redis://127.0.0.1:6379/0", description="Redis URL when bookkeeping is 'redis'."
+    )
+    client_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings for the producer, consumers and admin client.",
+    )
+    consumer_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra librdkafka settings for consumers only (e.g. session.timeout.ms).",
+    )
+
+
+class QueuesConfig(Block):
+    """``execution.queues``: which broker carries the INPUT and OUTPUT queues, and how."""
+
+    type: str = Field(
+        "in_memory",
+        description="Transport: in_memory, sqs, nats, kafka, or a dotted path to a "
+        "QueueTransport subclass.",
+    )
+    input: InputQueueSettings = Field(
+        default_factory=InputQueueSettings, description="The INPUT queue (chat turns)."
+    )
+    output: OutputQueueSettings = Field(
+        default_factory=OutputQueueSettings, description="The OUTPUT queue (replies)."
+    )
+    batch_size: int | None = Field(
+        None, ge=1, le=10, description="Messages per fetch on both queues; unset means 1."
+    )
+    in_memory: InMemoryQueueConfig | None = Field(None, description="In-memory transport tuning.")
+    sqs: SQSQueueConfig | None = Field(None, description="SQS transport settings.")
+    nats: NatsQueueConfig | None = Field(None, description="NATS JetStream transport settings.")
+    kafka: KafkaQueueConfig | None = Field(None, description="Kafka transport settings.")
+
+
+class RedisStoreConfig(Block):
+    """A Redis server used as a response or session store."""
+
+    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL.")
+    prefix: str = Field("ak:", description="Prefix of every key written.")
+
+
+class DynamoDBStoreConfig(Block):
+    """A DynamoDB table used as a response or session store."""
+
+    table_name: str | None = Field(
+        None,
+        description="Table name; its string partition key is request_id (response store) or "
+        "session_id (session store), and expiry_time is its TTL attribute.",
+    )
+    region_name: str | None = Field(None, description="AWS region; default from the environment.")
+    endpoint_url: str | None = Field(None, description="Override the endpoint (local servers).")
+
+
+class ResponseStoreConfig(Block):
+    """``execution.response_store``: where replies wait to be read."""
+
+    type: str = Field(
+        "in_memory", description="in_memory, redis, dynamodb, or a dotted path to a ResponseStore."
+    )
+    ttl: float = Field(3600.0, gt=0, description="Seconds a reply stays readable.")
+    redis: RedisStoreConfig | None = Field(None, description="Redis response store settings.")
+    dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
+    retry_count: int | None = Field(
+        None,
+        ge=1,
+        description="Upstream compatibility: with delay, bounds a sync request's wait to "
+        "retry_count x delay seconds where the store has no push (DynamoDB). Prefer "
+        "api.sync_timeout.",
+    )
+    delay: float | None = Field(
+        None, gt=0, description="Upstream compatibility: seconds per retry_count step."
+    )
+
+    def sync_wait(self, sync_timeout: float, pushes: bool) -> float:
+        """Seconds a sync request waits: ``retry_count x delay`` bounds stores without push."""
+        if pushes or self.retry_count is None or self.delay is None:
+            return sync_timeout
+        return min(sync_timeout, self.retry_count * self.delay)

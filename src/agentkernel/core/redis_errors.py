@@ -1,0 +1,78 @@
+"""The one classification of redis-py exceptions, for every backend that talks to Redis.
+
+A lost or refused connection, or a timeout, means Redis cannot serve the call right now: worth
+retrying. Any other redis-py error is a failure of the call itself. Each backend says which of
+its own error classes those two outcomes become (a response store raises
+:class:`~agentkernel.core.errors.StoreUnavailableError` / ``ResponseStoreError``, a session store
+``SessionStoreUnavailableError`` / ``SessionStoreError``, the Kafka bookkeeping
+``TransportError`` for both)::
+
+    _errors = functools.partial(
+        redis_errors, unavailable=StoreUnavailableError, failed=ResponseStoreError
+    )
+
+    with _errors(f"read of {request_id}"):
+        ...
+
+redis-py is imported when a mapping first runs, so this module imports without the extra.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
+
+from agentkernel.core.errors import AgentKernelError, AKConfigError
+
+if TYPE_CHECKING:
+    import redis
+
+#: Seconds to connect and to wait for an answer: an unreachable Redis fails a call fast.
+SOCKET_TIMEOUT_SECONDS = 5.0
+
+
+def connect(url: str, key: str) -> redis.Redis:
+    """A redis-py client for ``url`` (it connects on first use).
+
+    Raises:
+        AKConfigError: the URL is malformed; the message names the config ``key``.
+    """
+    import redis
+
+    try:
+        timeout = SOCKET_TIMEOUT_SECONDS
+        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+    except ValueError as exc:  # the message names the scheme, never the password
+        raise AKConfigError(f"{key}: {exc}") from exc
+
+
+@contextmanager
+def redis_errors(
+    operation: str,
+    *,
+    unavailable: type[AgentKernelError],
+    failed: type[AgentKernelError],
+    unreadable: bool = False,
+) -> Iterator[None]:
+    """Turn redis-py exceptions raised in the block into ``unavailable`` or ``failed``.
+
+    Args:
+        operation: what the block does, for the message ("read of r1").
+        unavailable: raised when Redis cannot be reached or did not answer in time.
+        failed: raised for any other redis-py error.
+        unreadable: also turn a record that does not decode (``ValueError``, ``KeyError``,
+            ``TypeError``) into ``failed``.
+    """
+    import redis
+
+    try:
+        yield
+    except (redis.ConnectionError, redis.TimeoutError) as exc:
+        raise unavailable(f"Redis {operation} failed: {exc}") from exc
+    except redis.RedisError as exc:
+        raise failed(f"Redis {operation} failed: {exc}") from exc
+    except (ValueError, KeyError, TypeError) as exc:
+        if not unreadable:
+            raise
+        raise failed(f"Redis {operation}: unreadable record: {exc!r}") from exc

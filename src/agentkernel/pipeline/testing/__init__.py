@@ -1,0 +1,24 @@
+"""The public contract suite every queue transport must pass.
+
+Subclass :class:`QueueTransportContract` in a test module, implement :meth:`make_transport`, and
+pytest collects every case::
+
+    class TestMyTransport(QueueTransportContract):
+        ack_wait = 1.0
+
+        def make_transport(self) -> QueueTransport:
+            return MyTransport(visibility_timeout=self.ack_wait)
+
+Capability flags declare a guarantee the broker cannot give; set one to ``False`` only with a
+comment saying why. The cases that check a declared-off capability are removed from that
+subclass's suite (they are not skipped: nothing is silently passed over at run time).
+Time-dependent cases call :meth:`advance`, which sleeps by default and which an in-process
+transport may override to move a fake clock instead.
+
+For detailed assertion messages, call ``pytest.register_assert_rewrite(
+"agentkernel.pipeline.testing")`` in your ``conftest.py`` before importing this module.
+"""
+
+from agentkernel.pipeline.testing.contract import QueueTransportContract
+
+__all__ = ["QueueTransportContract"]
