@@ -89,14 +89,15 @@ def authorized_identity(context: dict[str, Any]) -> str | None:
     if not isinstance(authorizer, dict):
         return None
     jwt = authorizer.get("jwt")
-    claims = jwt.get("claims") if isinstance(jwt, dict) else authorizer.get("claims")
-    for value in (
-        claims.get("sub") if isinstance(claims, dict) else None,
-        authorizer.get("principalId"),
-    ):
-        if isinstance(value, str) and value:
-            return value
-    return None
+    if isinstance(jwt, dict):  # a JWT authorizer names its caller by the token's claims only
+        candidates = [_sub(jwt.get("claims"))]
+    else:
+        candidates = [_sub(authorizer.get("claims")), authorizer.get("principalId")]
+    return next((c for c in candidates if isinstance(c, str) and c), None)
+
+
+def _sub(claims: Any) -> Any:
+    return claims.get("sub") if isinstance(claims, dict) else None
 
 
 def _body(event: dict[str, Any]) -> bytes:
