@@ -9,6 +9,7 @@ authorizer's ``principalId`` / JWT ``sub`` on Lambda.
 
 from __future__ import annotations
 
+import asyncio
 import base64
 import json
 import re
@@ -16,8 +17,8 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+import httpx
 import pytest
-from fastapi.testclient import TestClient
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.aws.request import Lambda
@@ -187,18 +188,25 @@ def front(identity: str | None, case: Case) -> RequestHandler:
 
 
 def via_fastapi(case: Case) -> tuple[int, Any, dict[str, str]]:
-    client = TestClient(front(case.identity, case).build_app())
-    for request in filter(None, (case.first, case)):
-        headers = dict(request.headers)
-        if case.identity is not None:
-            headers["x-api-key"] = KEYS[case.identity]
-        response = client.request(
-            request.method,
-            request.path,
-            content=request.body,
-            headers=headers,
-            params=request.query,
-        )
+    app = front(case.identity, case).build_app()
+
+    async def send() -> httpx.Response:
+        transport = httpx.ASGITransport(app=app)
+        async with httpx.AsyncClient(transport=transport, base_url="http://front") as client:
+            for request in filter(None, (case.first, case)):
+                headers = dict(request.headers)
+                if case.identity is not None:
+                    headers["x-api-key"] = KEYS[case.identity]
+                response = await client.request(
+                    request.method,
+                    request.path,
+                    content=request.body,
+                    headers=headers,
+                    params=request.query,
+                )
+        return response
+
+    response = asyncio.run(send())
     return response.status_code, response.json(), _headers(dict(response.headers))
 
 
