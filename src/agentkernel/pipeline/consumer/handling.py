@@ -156,8 +156,17 @@ class MessageHandling:
             self._isolation.admit()
         return self._handle(consumer, message, holding)
 
-    def hand_back(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+    def hand_back(
+        self, consumer: TransportConsumer, message: QueueMessage, drain_timeout: float
+    ) -> None:
         """Give back at once a message whose handling did not finish within the drain."""
+        logger.warning(
+            "drain of %s timed out after %.1fs: message %s (request %s) is handed back",
+            self.queue,
+            drain_timeout,
+            message.message_id,
+            message.attributes.get(ATTR_REQUEST_ID, "-"),
+        )
         self._untrack(message)
         self._redelivery.nack(consumer, message)
 

@@ -25,7 +25,7 @@ from collections.abc import Callable
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 
@@ -134,14 +134,7 @@ class InLoopConsumer:
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=self._drain_timeout)
         for task, message in list(self._tasks.items()):
-            logger.warning(
-                "drain of %s timed out after %.1fs: message %s (request %s) is handed back",
-                self._name,
-                self._drain_timeout,
-                message.message_id,
-                message.attributes.get(ATTR_REQUEST_ID, "-"),
-            )
-            self._handling.hand_back(consumer, message)
+            self._handling.hand_back(consumer, message, self._drain_timeout)
             task.cancel()  # its result would no longer count
         self._log.flush()
 

@@ -29,7 +29,7 @@ from agentkernel.pipeline.consumer.base import Handler
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.in_flight import Slots, Tracker
 from agentkernel.pipeline.consumer.redelivery import STOP_CHECK_SECONDS
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.process.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import TransportConsumer
@@ -273,14 +273,7 @@ class ConsumerLoop:
                 lambda: self._fetching == 0, self.settings.wait_seconds + STOP_CHECK_SECONDS
             )
         for message in tracker.pending():
-            logger.warning(
-                "drain of %s timed out after %.1fs: message %s (request %s) is handed back",
-                self._queue,
-                self._drain_timeout,
-                message.message_id,
-                message.attributes.get(ATTR_REQUEST_ID, "-"),
-            )
-            self.handling.hand_back(consumer, message)
+            self.handling.hand_back(consumer, message, self._drain_timeout)
             tracker.cancel(message)  # its result would no longer count
 
     def _close(self, consumer: TransportConsumer) -> None:
