@@ -38,7 +38,7 @@ from agentkernel.aws.settings import ecs_config
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.chat import FrameError, HTTPError, parse_frame, system_response
 from agentkernel.pipeline.envelope import ATTR_CONNECTION_ID, ATTR_ENDPOINT, ATTR_STREAM
-from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront
+from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront, StreamAnswer
 from agentkernel.pipeline.response_store import create_response_store
 from agentkernel.pipeline.transport.base import QueueTransportFactory
 
@@ -183,8 +183,8 @@ def _chat_call(request: HttpRequest, context: Any) -> ChatCall:
     )
 
 
-def _answer(answer: Answer | object) -> dict[str, Any]:
-    if not isinstance(answer, Answer):  # a stream: this front has none (no Accept is read)
+def _answer(answer: Answer | StreamAnswer) -> dict[str, Any]:
+    if isinstance(answer, StreamAnswer):  # never asked for: this adapter reads no Accept
         raise HTTPError(406, "NOT_ACCEPTABLE", "streaming is not served by this function")
     return http_response(answer.status, answer.doc, answer.headers or None)
 
