@@ -16,6 +16,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.kafka.errors import kafka_errors
 from agentkernel.pipeline.transport.kafka.partitions import Entry, Partition, advance, message_of
 
 if TYPE_CHECKING:
@@ -31,6 +32,7 @@ CLOSE_GRACE_SECONDS = 5.0  # leaving the group, on top of commit_timeout
 #: next member waits forever), and on any broker it spares the group a second rebalance.
 JOIN_SETTLE_SECONDS = 10.0
 POLL_ERROR_BACKOFF_SECONDS = 1.0
+_CONSUMER_KEY = "execution.queues.kafka (client_config or consumer_config)"
 
 
 class KafkaConsumer(TransportConsumer):
@@ -53,24 +55,25 @@ class KafkaConsumer(TransportConsumer):
         self._paused = False
         self._stop = threading.Event()
         self._joined = threading.Event()  # the group gave this member an assignment (maybe empty)
-        self._consumer = Consumer(
-            transport._conf(
-                **{
-                    "group.id": self._group,
-                    "enable.auto.commit": False,
-                    "auto.offset.reset": "earliest",
-                    "max.poll.interval.ms": 900000,
-                    "session.timeout.ms": 10000,
-                    "heartbeat.interval.ms": 1000,
-                    "fetch.wait.max.ms": 50,
-                    "on_commit": self._on_commit,
-                    **s.consumer_config,
-                }
+        with kafka_errors(f"consumer of {self._topic}", key=_CONSUMER_KEY):
+            self._consumer = Consumer(
+                transport._conf(
+                    **{
+                        "group.id": self._group,
+                        "enable.auto.commit": False,
+                        "auto.offset.reset": "earliest",
+                        "max.poll.interval.ms": 900000,
+                        "session.timeout.ms": 10000,
+                        "heartbeat.interval.ms": 1000,
+                        "fetch.wait.max.ms": 50,
+                        "on_commit": self._on_commit,
+                        **s.consumer_config,
+                    }
+                )
             )
-        )
-        self._consumer.subscribe(
-            [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
-        )
+            self._consumer.subscribe(
+                [self._topic], on_assign=self._assigned, on_revoke=self._revoked, on_lost=self._lost
+            )
         self._pump = threading.Thread(target=self._run, name=f"kafka-{self._topic}", daemon=True)
         self._pump.start()
 
@@ -93,10 +96,8 @@ class KafkaConsumer(TransportConsumer):
     def _poll_once(self) -> None:
         self._commit_async(self._due())
         self._throttle()
-        try:
+        with kafka_errors(f"consume from {self._topic}"):
             records = self._consumer.consume(num_messages=500, timeout=POLL_SECONDS)
-        except KafkaException as exc:
-            raise TransportError(f"Kafka consume from {self._topic} failed: {exc}") from exc
         self._buffer(records)
 
     def _leave(self) -> None:

@@ -11,7 +11,7 @@ import threading
 import time
 from typing import Any
 
-from confluent_kafka import KafkaException, Producer
+from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from agentkernel.core.config import KafkaQueueConfig, QueuesConfig
@@ -24,11 +24,13 @@ from agentkernel.pipeline.transport.bookkeeping import (
     RedisBookkeepingStore,
 )
 from agentkernel.pipeline.transport.kafka.consumer import KafkaConsumer
+from agentkernel.pipeline.transport.kafka.errors import error_code, kafka_errors
 from agentkernel.pipeline.transport.kafka.partitions import ATTR_PREFIX, DEDUP_HEADER
 
 logger = logging.getLogger(__name__)
 
 MAX_MESSAGE_BYTES = 1_000_000
+_CLIENT_KEY = "execution.queues.kafka.client_config"
 _LIBRDKAFKA_LOG = logging.getLogger("agentkernel.kafka.librdkafka")
 
 
@@ -49,7 +51,8 @@ class KafkaTransport(QueueTransport):
         self.bookkeeping = bookkeeping if bookkeeping is not None else _bookkeeping(settings)
         self._producer: Any = None
         self._lock = threading.Lock()
-        self._admin = AdminClient(self._conf())
+        with kafka_errors("admin client", key=_CLIENT_KEY):
+            self._admin = AdminClient(self._conf())
         self._check_topics()
 
     @classmethod
@@ -72,10 +75,8 @@ class KafkaTransport(QueueTransport):
         return names + [name + self.settings.dlq_suffix for name in names]
 
     def _metadata(self) -> Any:
-        try:
+        with kafka_errors(f"metadata from {self.settings.bootstrap_servers}"):
             return self._admin.list_topics(timeout=self.settings.metadata_timeout)
-        except KafkaException as exc:
-            raise TransportError(f"Kafka at {self.settings.bootstrap_servers}: {exc}") from exc
 
     def _check_topics(self) -> None:
         missing = [t for t in self._all_topics() if t not in self._metadata().topics]
@@ -86,14 +87,15 @@ class KafkaTransport(QueueTransport):
                 f"execution.queues.kafka: topic(s) {', '.join(missing)} do not exist; create them "
                 "(e.g. Strimzi KafkaTopic resources) or set auto_provision: true for development"
             )
-        futures = self._admin.create_topics(
-            [
-                NewTopic(t, num_partitions=self.settings.partitions, replication_factor=1)
-                for t in missing
-            ]
-        )
-        for future in futures.values():
-            future.result(self.settings.metadata_timeout)
+        with kafka_errors(f"creation of topic(s) {', '.join(missing)}"):
+            futures = self._admin.create_topics(
+                [
+                    NewTopic(t, num_partitions=self.settings.partitions, replication_factor=1)
+                    for t in missing
+                ]
+            )
+            for future in futures.values():
+                _created(future, self.settings.metadata_timeout)
         deadline = time.monotonic() + self.settings.metadata_timeout
         while any(t not in self._metadata().topics for t in missing):
             if time.monotonic() > deadline:
@@ -106,16 +108,17 @@ class KafkaTransport(QueueTransport):
         with self._lock:
             if self._producer is None:
                 timeout_ms = int(self.settings.delivery_timeout * 1000)
-                self._producer = Producer(
-                    self._conf(
-                        **{
-                            "enable.idempotence": True,
-                            "acks": "all",
-                            "message.timeout.ms": timeout_ms,
-                            "linger.ms": 0,
-                        }
+                with kafka_errors("producer", key=_CLIENT_KEY):
+                    self._producer = Producer(
+                        self._conf(
+                            **{
+                                "enable.idempotence": True,
+                                "acks": "all",
+                                "message.timeout.ms": timeout_ms,
+                                "linger.ms": 0,
+                            }
+                        )
                     )
-                )
             return self._producer
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
@@ -139,18 +142,19 @@ class KafkaTransport(QueueTransport):
             done.set()
 
         producer = self.producer()
-        try:
+        with kafka_errors(f"produce to {topic}"):
             try:
                 producer.produce(
                     topic, value=value, key=key, headers=headers, on_delivery=delivered
                 )
             except BufferError:
                 producer.poll(1.0)
-                producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=delivered
-                )
-        except (KafkaException, BufferError) as exc:
-            raise TransportError(f"Kafka produce to {topic} failed: {exc}") from exc
+                try:
+                    producer.produce(
+                        topic, value=value, key=key, headers=headers, on_delivery=delivered
+                    )
+                except BufferError as exc:
+                    raise TransportError(f"Kafka produce to {topic}: queue full") from exc
         deadline = time.monotonic() + self.settings.delivery_timeout + 1
         while not done.is_set():
             if time.monotonic() > deadline:
@@ -188,6 +192,15 @@ class KafkaTransport(QueueTransport):
             producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(5)
+
+
+def _created(future: Any, timeout: float) -> None:
+    """Wait for one topic creation; a topic another process created meanwhile is fine."""
+    try:
+        future.result(timeout)
+    except KafkaException as exc:
+        if error_code(exc) != KafkaError.TOPIC_ALREADY_EXISTS:
+            raise
 
 
 def _bookkeeping(settings: KafkaQueueConfig) -> BookkeepingStore:
