@@ -205,11 +205,13 @@ def websocket(
 
 
 class ManagementAPI:
-    """A local ``@connections`` endpoint: records pushed frames, answers 410 for gone ids."""
+    """A local ``@connections`` endpoint: records pushed frames, answers 410 for gone ids and
+    the status ``failing`` gives for others."""
 
     def __init__(self) -> None:
         self.frames: dict[str, list[dict[str, Any]]] = {}
         self.gone: set[str] = set()
+        self.failing: dict[str, int] = {}  # connection id -> HTTP status
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -222,6 +224,13 @@ class ManagementAPI:
                     self.send_header("content-type", "application/json")
                     self.end_headers()
                     self.wfile.write(b'{"message": "Gone"}')
+                    return
+                if connection in api.failing:
+                    self.send_response(api.failing[connection])
+                    self.send_header("x-amzn-ErrorType", "SomeFailure")
+                    self.send_header("content-type", "application/json")
+                    self.end_headers()
+                    self.wfile.write(b'{"message": "failed"}')
                     return
                 api.frames.setdefault(connection, []).append(json.loads(data))
                 self.send_response(200)

@@ -16,14 +16,12 @@ import os
 import threading
 from typing import Any, ClassVar
 
-import boto3
-from botocore.exceptions import BotoCoreError, ClientError
-
 from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
 from agentkernel.aws.settings import ecs_config
 from agentkernel.aws.websocket import ConnectionStore
+from agentkernel.core.botocore_errors import botocore_errors, client, error_code
 from agentkernel.core.config import AKConfig
-from agentkernel.core.errors import ResponseStoreError
+from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.chat import system_response
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
@@ -61,30 +59,36 @@ class Pusher:
 
         Raises:
             ConnectionGone: the client disconnected.
-            ResponseStoreError: the management API failed otherwise (retried).
+            StoreUnavailableError: the management API cannot answer now (retried).
+            ResponseStoreError: it refused the call otherwise (retried).
+            AKConfigError: no AWS region is configured for the management API client.
         """
+        api = self._client(endpoint)
         try:
-            self._client(endpoint).post_to_connection(
-                ConnectionId=connection_id, Data=json.dumps(frame).encode()
-            )
-        except ClientError as exc:
-            error = exc.response.get("Error", {})
-            if error.get("Code") == "GoneException" or _status(exc) == 410:
+            with botocore_errors(
+                f"PostToConnection {connection_id}",
+                unavailable=StoreUnavailableError,
+                failed=ResponseStoreError,
+            ):
+                api.post_to_connection(ConnectionId=connection_id, Data=json.dumps(frame).encode())
+        except ResponseStoreError as exc:
+            if error_code(exc.__cause__) == "GoneException" or _status(exc.__cause__) == 410:
                 raise ConnectionGone(connection_id) from exc
-            raise ResponseStoreError(f"PostToConnection {connection_id}: {exc}") from exc
-        except BotoCoreError as exc:
-            raise ResponseStoreError(f"PostToConnection {connection_id}: {exc}") from exc
+            raise
 
     def _client(self, endpoint: str) -> Any:
         url = os.environ.get(ENDPOINT_ENV) or endpoint
         with self._lock:
             if url not in self._clients:
-                self._clients[url] = boto3.client("apigatewaymanagementapi", endpoint_url=url)
+                self._clients[url] = client(
+                    "apigatewaymanagementapi", "the WebSocket management API", endpoint_url=url
+                )
             return self._clients[url]
 
 
-def _status(exc: ClientError) -> int | None:
-    status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")
+def _status(exc: BaseException | None) -> int | None:
+    response = getattr(exc, "response", None)
+    status = response.get("ResponseMetadata", {}).get("HTTPStatusCode") if response else None
     return None if status is None else int(status)
 
 
