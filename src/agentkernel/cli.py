@@ -55,43 +55,50 @@ def _register(obj: Any) -> None:
         raise AttributeError(f"{obj!r} is not an Agent, a list of agents or a Module")
 
 
-def _configure(args: argparse.Namespace) -> None:
+def _configure(args: argparse.Namespace) -> AKConfig:
+    """The process's configuration: the file and environment, then the command-line flags.
+
+    It is also published as the process-wide one (:meth:`AKConfig.set`) for agent code that
+    reads ``AKConfig.get()``; the components get it passed in.
+    """
     config = AKConfig.load(getattr(args, "config", None))
     api = config.api.model_copy(
         update={
             k: v
             for k, v in (
-                ("host", args.host),
-                ("port", args.port),
+                ("host", getattr(args, "host", None)),
+                ("port", getattr(args, "port", None)),
                 ("access_log", getattr(args, "access_log", False) or None),
             )
             if v is not None
         }
     )
-    AKConfig.set(config.model_copy(update={"api": api}))
+    config = config.model_copy(update={"api": api})
+    AKConfig.set(config)
     logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
+    return config
 
 
 def _serve(args: argparse.Namespace, with_runner: bool) -> None:
     from agentkernel.pipeline.process.io_handler import IOHandler
     from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
-    _configure(args)
+    config = _configure(args)
     if not with_runner:
-        _need_a_broker("io")
-    _check_port(AKConfig.get().api.host, AKConfig.get().api.port)
+        _need_a_broker("io", config)
+    _check_port(config.api.host, config.api.port)
     if with_runner:
         load_agents(args.agents)
-    _summary(args.command)
-    handler = IOHandler(AKConfig.get(), AgentRegistry.default(), with_runner=with_runner)
+    _summary(args.command, config)
+    handler = IOHandler(config, AgentRegistry.default(), with_runner=with_runner)
     ThreadRunner.install_signal_handlers()
     handler.serve()
 
 
-def _need_a_broker(command: str) -> None:
+def _need_a_broker(command: str, config: AKConfig) -> None:
     """The split topology needs a broker both processes reach; in-memory queues are per process,
     so an IO process on them would wait forever for a runner that can never see its turns."""
-    if AKConfig.get().execution.queues.type == "in_memory":
+    if config.execution.queues.type == "in_memory":
         raise AKConfigError(
             f"execution.queues.type: 'agentkernel {command}' needs a broker shared with the other "
             "processes (sqs, nats, kafka), but it is in_memory; set it (see "
@@ -114,9 +121,8 @@ def _check_port(host: str, port: int) -> None:
             raise AKConfigError(f"{key}: cannot listen on {host}:{port}: {exc.strerror}") from exc
 
 
-def _summary(command: str) -> None:
+def _summary(command: str, config: AKConfig) -> None:
     """One start-up line saying what this process is about to run."""
-    config = AKConfig.get()
     execution, api = config.execution, config.api
     agents = ", ".join(a.name for a in AgentRegistry.default().agents()) or "none"
     where = "" if command == "runner" else f" on http://{api.host}:{api.port}"
@@ -137,14 +143,15 @@ def _summary(command: str) -> None:
 
 def _runner(args: argparse.Namespace) -> None:
     from agentkernel.pipeline.agent_runner import AgentRunner
+    from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
-    config = AKConfig.load(args.config)
-    AKConfig.set(config)
-    logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
-    _need_a_broker("runner")
+    config = _configure(args)
+    _need_a_broker("runner", config)
     load_agents(args.agents)
-    _summary("runner")
-    AgentRunner.run()
+    _summary("runner", config)
+    runner = AgentRunner(config, AgentRegistry.default())
+    ThreadRunner.install_signal_handlers()
+    runner.serve()
 
 
 def _chat(args: argparse.Namespace) -> int:

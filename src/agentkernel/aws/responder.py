@@ -20,7 +20,7 @@ from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
 from agentkernel.aws.settings import ecs_config
 from agentkernel.aws.websocket import ConnectionStore
 from agentkernel.core.botocore_errors import botocore_errors, client, error_code
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config import AKConfig, QueuesConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.chat import system_response
 from agentkernel.pipeline.envelope import (
@@ -102,10 +102,11 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         self,
         transport: Any,
         store: ResponseStore | None,
+        queues: QueuesConfig,
         connections: ConnectionStore | None = None,
         pusher: Pusher | None = None,
     ) -> None:
-        StoreWriter.__init__(self, transport, store)  # type: ignore[arg-type]
+        StoreWriter.__init__(self, transport, store, queues)  # type: ignore[arg-type]
         self.connections = connections
         self.pusher = pusher if pusher is not None else Pusher()
 
@@ -122,6 +123,7 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
             handler = cls(
                 QueueTransportFactory.create(config.execution.queues),
                 store,
+                config.execution.queues,
                 None
                 if table is None
                 else ConnectionStore(table, config.api.websocket.connection_ttl),

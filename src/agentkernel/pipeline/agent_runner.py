@@ -120,7 +120,11 @@ class AgentRunner(QueueConsumer):
         """
         runner = cls(AKConfig.get(), AgentRegistry.default())
         ThreadRunner.install_signal_handlers()
-        runner.consumer_loop().run(close=[runner.transport.close])
+        runner.serve()
+
+    def serve(self) -> None:
+        """Consume INPUT until shutdown (blocks), then close the transport."""
+        self.consumer_loop().run(close=[self.transport.close])
 
     def handling(self) -> MessageHandling:
         """What each INPUT message goes through (on threads or on an event loop)."""

@@ -17,7 +17,7 @@ import logging
 import threading
 
 from agentkernel.core.blocking import nonblocking_async
-from agentkernel.core.config import AKConfig, QueuesConfig
+from agentkernel.core.config import QueuesConfig
 from agentkernel.pipeline.consumer.base import Handler, QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, LoopSettings
@@ -63,15 +63,15 @@ class ResponseHandler(QueueConsumer):
     Args:
         transport: carries the OUTPUT queue.
         store: where replies are written.
-        queues: queue settings; default ``execution.queues``.
+        queues: the ``execution.queues`` settings (OUTPUT's receive limit and back-off).
     """
 
     def __init__(
-        self, transport: QueueTransport, store: ResponseStore, queues: QueuesConfig | None = None
+        self, transport: QueueTransport, store: ResponseStore, queues: QueuesConfig
     ) -> None:
         self.transport = transport
         self.store = store
-        self.queues = queues if queues is not None else AKConfig.get().execution.queues
+        self.queues = queues
 
     def handling(self, on_event_loop: bool = False) -> MessageHandling:
         """What each OUTPUT message goes through.
