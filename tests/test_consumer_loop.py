@@ -612,3 +612,42 @@ def test_a_stopping_loop_hands_back_a_message_waiting_out_an_outage() -> None:
     assert tries == [1]
     (again,) = transport.create_consumer(QueueName.INPUT).fetch(1, 1.0)
     assert again.receive_count == 2
+
+
+class LateArrivals(TransportConsumer):
+    """Fetches nothing; when fetching stops, hands over what arrived after the last fetch."""
+
+    def __init__(self, late: list[QueueMessage]) -> None:
+        self.late = late
+        self.acked: list[str] = []
+        self.nacked: list[str] = []
+
+    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        time.sleep(min(wait_seconds, 0.01))
+        return []
+
+    def ack(self, message: QueueMessage) -> None:
+        self.acked.append(message.body)
+
+    def nack(self, message: QueueMessage) -> None:
+        self.nacked.append(message.body)
+
+    def stop_fetching(self) -> list[QueueMessage]:
+        late, self.late = self.late, []
+        return late
+
+
+def test_what_arrives_after_the_last_fetch_runs_in_the_drain() -> None:
+    """Handing it back instead would cost it a delivery, on every rolling deploy."""
+    consumer = LateArrivals([QueueMessage(body="late", group_id="g", message_id="m1")])
+    ran: list[str] = []
+    loop = ConsumerLoop.from_handlers(
+        process=lambda m: ran.append(m.body),
+        on_permanent_failure=print,
+        consumer_factory=lambda: consumer,
+        wait_seconds=0.05,
+    )
+    with Runner(loop):
+        time.sleep(0.1)
+    assert ran == ["late"]
+    assert (consumer.acked, consumer.nacked) == (["late"], [])

@@ -48,7 +48,7 @@ def test_processes_provisioning_the_same_topics_at_once_all_start(tansu_broker: 
         go.wait()
         try:
             KafkaTransport(settings, InMemoryBookkeepingStore()).close()
-        except BaseException as exc:  # noqa: BLE001 - collected for the assertion
+        except BaseException as exc:  # collected for the assertion
             errors.append(exc)
 
     threads = [threading.Thread(target=start) for _ in range(4)]

@@ -228,12 +228,23 @@ class ConsumerLoop:
                 self._fetch_and_dispatch(consumer, tracker, wait)
         finally:
             try:
-                consumer.stop_fetching()
+                self._run_late(consumer, tracker, consumer.stop_fetching())
             except Exception:
                 logger.warning("stopping the fetches of %s failed", self._queue, exc_info=True)
             with self._fetching_done:
                 self._fetching -= 1
                 self._fetching_done.notify_all()
+
+    def _run_late(
+        self, consumer: TransportConsumer, tracker: Tracker, late: list[QueueMessage]
+    ) -> None:
+        """Run, as part of the drain, what arrived here after the last fetch; a message that
+        finds no free place within the drain is handed back."""
+        for message in late:
+            if self._slots.take(1, self._drain_timeout):
+                self._submit(consumer, message, tracker)
+            else:
+                self.handling.hand_back(consumer, message, self._drain_timeout)
 
     def _open_consumer(self) -> TransportConsumer | None:
         """This thread's consumer, created again with back-off until it works or we stop.

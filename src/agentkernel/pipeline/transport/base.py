@@ -76,9 +76,15 @@ class TransportConsumer(ABC):
     def extend_lease(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
         """Restart the message's lease (visibility timeout, ack wait) while work goes on."""
 
-    def stop_fetching(self) -> None:  # noqa: B027 - optional hook
-        """No fetch will follow (the loop drains): stop asking the broker for messages now, so
-        none is delivered here only to be handed back at :meth:`close`."""
+    def stop_fetching(self) -> list[QueueMessage]:
+        """No fetch will follow (the loop drains): stop asking the broker for messages now.
+
+        Returns:
+            what the broker had already delivered here and no fetch handed out (requests still
+            open when fetching stopped, answered before they could be cancelled). The caller
+            runs them in its drain: giving them back would cost each one a delivery.
+        """
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release broker resources (subscriptions, group membership, threads). Idempotent."""

@@ -99,6 +99,7 @@ class NatsConsumer(TransportConsumer):
         self._cursor = 0
         self._empty: set[int] = set()  # partitions the last fetch found empty
         self._answer_seconds = INITIAL_ANSWER_SECONDS
+        self._fetching_stopped = False
         self._closed = False
 
     @property
@@ -117,6 +118,10 @@ class NatsConsumer(TransportConsumer):
         arrived = self._transport.run(
             self._fetch(max(batch_size, 1), wait), wait + self._settings.request_timeout
         )
+        return self._hand_out(arrived)
+
+    def _hand_out(self, arrived: list[tuple[float, Any]]) -> list[QueueMessage]:
+        """The messages to hand out of those received: none whose lease ran out meanwhile."""
         now, out = time.monotonic(), []
         for received_at, msg in arrived:
             age = now - received_at
@@ -134,7 +139,7 @@ class NatsConsumer(TransportConsumer):
     async def _fetch(self, batch: int, wait: float) -> list[tuple[float, Any]]:
         if self._acking:  # the partitions of acked messages free before they are probed
             await asyncio.wait(set(self._acking), timeout=self._settings.request_timeout)
-        if not self._held and not self._closed:
+        if not self._held and not self._closed and not self._fetching_stopped:
             await self._pull(batch, wait)
         out: list[tuple[float, Any]] = []
         while self._held and len(out) < batch:
@@ -378,10 +383,28 @@ class NatsConsumer(TransportConsumer):
     def extend_lease(self, message: QueueMessage) -> None:
         self._transport.run(message.native.in_progress())
 
-    def stop_fetching(self) -> None:
-        """Cancel the requests still open, so nothing more arrives while the loop drains."""
+    def stop_fetching(self) -> list[QueueMessage]:
+        """Cancel the requests still open; returns what they brought before they were cancelled.
+
+        Those messages count as delivered here already: run in the drain, they cost no second
+        delivery, as a ``nak`` at :meth:`close` would.
+        """
+        self._fetching_stopped = True
         with contextlib.suppress(TransportError):
-            self._transport.run(self._stop_pulling())
+            return self._hand_out(
+                self._transport.run(self._collect(), self._settings.request_timeout + 5)
+            )
+        return []
+
+    async def _collect(self) -> list[tuple[float, Any]]:
+        await self._stop_pulling()
+        if self._retiring:  # the inbox drained: whatever crossed the unsubscribe is here now
+            await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
+        if self._release_timer is not None:
+            self._release_timer.cancel()
+            self._release_timer = None
+        held, self._held = list(self._held), deque()
+        return held
 
     async def _stop_pulling(self) -> None:
         if self._idle_timer is not None:
