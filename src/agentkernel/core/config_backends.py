@@ -218,7 +218,13 @@ class ResponseStoreConfig(Block):
     type: str = Field(
         "in_memory", description="in_memory, redis, dynamodb, or a dotted path to a ResponseStore."
     )
-    ttl: float = Field(3600.0, gt=0, description="Seconds a reply stays readable.")
+    ttl: float = Field(
+        3600.0,
+        gt=0,
+        description="Seconds a reply stays readable. At least the transport's dedup window "
+        "(start-up fails otherwise): a retry inside the window is dropped by the broker, so its "
+        "stored reply is the only answer it can get.",
+    )
     redis: RedisStoreConfig | None = Field(None, description="Redis response store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
     retry_count: int | None = Field(
