@@ -92,12 +92,14 @@ def test_missing_stream_fails_fast_naming_it(nats_url: str) -> None:
 
 def test_missing_consumer_fails_fast_naming_it(nats_url: str) -> None:
     config = settings(nats_url)
-    transport = NatsTransport(config)  # provisions streams and consumers
+    transport = NatsTransport(config)  # provisions the streams
+    transport.create_consumer(QueueName.INPUT).close()  # and, as INPUT's consumer, its consumers
     transport.run(
         transport.conn.js.delete_consumer(config.input_stream, f"{config.input_stream}-p2")
     )
+    declared = NatsTransport(config.model_copy(update={"auto_provision": False}))
     with pytest.raises(AKConfigError, match=f"{config.input_stream}-p2"):
-        NatsTransport(config.model_copy(update={"auto_provision": False}))
+        declared.create_consumer(QueueName.INPUT)  # consumers are checked by their owners
 
 
 def test_oversized_message_is_refused(nats_url: str) -> None:
@@ -287,9 +289,12 @@ def test_changed_ack_wait_and_max_deliver_update_existing_consumers(
     nats_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = settings(nats_url, ack_wait=2.0)
-    NatsTransport(config, {QueueName.INPUT: 4, QueueName.OUTPUT: 4})
+    NatsTransport(config, {QueueName.INPUT: 4, QueueName.OUTPUT: 4}).create_consumer(
+        QueueName.INPUT
+    ).close()
     caplog.set_level(logging.INFO, logger="agentkernel.pipeline.transport.nats")
     transport = NatsTransport(config.model_copy(update={"ack_wait": 7.0}))
+    transport.create_consumer(QueueName.INPUT).close()  # INPUT's consumers belong to its consumers
     for partition in range(config.partitions):
         current = consumer_config(transport, f"{config.input_stream}-p{partition}")
         assert (current.ack_wait, current.max_deliver) == (7.0, -1)
@@ -298,10 +303,10 @@ def test_changed_ack_wait_and_max_deliver_update_existing_consumers(
 
 def test_changed_ack_wait_is_refused_when_consumers_are_declared(nats_url: str) -> None:
     config = settings(nats_url, ack_wait=2.0)
-    NatsTransport(config)
+    NatsTransport(config).create_consumer(QueueName.INPUT).close()
     declared = config.model_copy(update={"ack_wait": 7.0, "auto_provision": False})
     with pytest.raises(AKConfigError, match=r"ack_wait 2\.0 \(configured: 7\.0\)"):
-        NatsTransport(declared)
+        NatsTransport(declared).create_consumer(QueueName.INPUT)
 
 
 @pytest.mark.parametrize("partitions", [3, 5])

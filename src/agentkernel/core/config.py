@@ -44,6 +44,7 @@ from agentkernel.core.config_backends import (
     ResponseStoreConfig,
     SQSQueueConfig,
 )
+from agentkernel.core.config_rules import check_reply_ttl
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
 from agentkernel.core.upstream import closest_key, drop_upstream_keys
@@ -127,6 +128,11 @@ class ExecutionConfig(_Block):
         default_factory=ResponseStoreConfig, description="Reply store."
     )
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Agent Runner tuning.")
+
+    @model_validator(mode="after")
+    def _replies_outlive_the_dedup_window(self) -> ExecutionConfig:
+        check_reply_ttl(self.queues, self.response_store)
+        return self
 
 
 class SessionConfig(_Block):

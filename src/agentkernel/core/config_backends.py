@@ -92,15 +92,16 @@ class NatsQueueConfig(Block):
         32,
         ge=1,
         description="Partitions per stream; one message per partition is in flight at a time, so "
-        "this bounds the turns running at once across the whole deployment. Cannot change while "
-        "the streams have consumers for another count (start-up fails).",
+        "this bounds the turns running at once across the whole deployment. Every process must use "
+        "the stream's count: another one fails start-up, or /ready within 5 s when it changes.",
     )
     ack_wait: float = Field(
         30.0,
         gt=0,
         description="Seconds before an unacknowledged message is redelivered (its lease, extended "
         "while the turn runs); short so a crashed runner stalls its partitions for seconds. "
-        "Existing consumers are updated at start-up (or refused without auto_provision).",
+        "A queue's consumers are updated by the processes consuming it (or refused without "
+        "auto_provision); a process whose consumers another one changed stops fetching.",
     )
     duplicate_window: float = Field(
         300.0, gt=0, description="Seconds the stream remembers a Nats-Msg-Id for dedup."
@@ -218,7 +219,13 @@ class ResponseStoreConfig(Block):
     type: str = Field(
         "in_memory", description="in_memory, redis, dynamodb, or a dotted path to a ResponseStore."
     )
-    ttl: float = Field(3600.0, gt=0, description="Seconds a reply stays readable.")
+    ttl: float = Field(
+        3600.0,
+        gt=0,
+        description="Seconds a reply stays readable. At least the transport's dedup window "
+        "(start-up fails otherwise): a retry inside the window is dropped by the broker, so its "
+        "stored reply is the only answer it can get.",
+    )
     redis: RedisStoreConfig | None = Field(None, description="Redis response store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
     retry_count: int | None = Field(

@@ -80,6 +80,7 @@ class NatsConsumer(TransportConsumer):
 
     def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
         self._transport = transport
+        self._queue = queue
         self._stream, _ = transport.streams[queue]
         self._settings = transport.settings
         self._nc = transport.conn.nc
@@ -115,6 +116,9 @@ class NatsConsumer(TransportConsumer):
         if self._closed:
             raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
         wait = max(wait_seconds, 0.0)
+        if self._transport.fetch_fault(self._queue):  # the streams changed under us: take nothing
+            time.sleep(min(wait, 1.0))
+            return []
         arrived = self._transport.run(
             self._fetch(max(batch_size, 1), wait), wait + self._settings.request_timeout
         )

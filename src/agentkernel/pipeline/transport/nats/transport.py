@@ -24,33 +24,28 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import re
 import threading
 import time
 import zlib
-from enum import Enum
 from typing import Any, ClassVar
 
 import nats
-from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
 from agentkernel.core.config import NatsQueueConfig, QueuesConfig
-from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
+from agentkernel.core.errors import MessageRejectedError, TransportError
 from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.nats.consumer import CLIENT_ERRORS, NatsConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
+from agentkernel.pipeline.transport.nats.provision import UNLIMITED, Provisioner
+from agentkernel.pipeline.transport.nats.watch import Watch
 
 logger = logging.getLogger(__name__)
 
-UNLIMITED = -1
 CLIENT_WARNING_INTERVAL_SECONDS = 10.0
-#: Consumer settings reconciled on start; the others cannot change under a running pipeline.
-UPDATABLE = ("ack_wait", "max_deliver", "max_ack_pending")
-FIXED = ("filter_subject", "ack_policy")
 
 
 def partition_of(group_id: str | None, partitions: int) -> int:
@@ -127,6 +122,7 @@ class NatsTransport(QueueTransport):
     """
 
     _connections: ClassVar[dict[str, _Connection]] = {}
+    _watches: ClassVar[list[Watch]] = []
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
     def __init__(self, settings: NatsQueueConfig, max_deliver: dict[QueueName, int] | None = None):
@@ -137,8 +133,15 @@ class NatsTransport(QueueTransport):
             QueueName.OUTPUT: (settings.output_stream, settings.output_subject_prefix),
         }
         self.conn = self._connect(settings.url, settings.request_timeout)
+        self._provisioner = Provisioner(self)
         for queue in QueueName:
-            self._provision(queue)
+            self._provisioner.ensure_stream(queue)
+        self._owned: set[QueueName] = set()
+        self._owning = threading.Lock()
+        self._watch = Watch(self._fault, f"nats-watch-{settings.input_stream}")
+        with self._lock:
+            self._watches.append(self._watch)
+        self._watch.start()
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> NatsTransport:
@@ -163,6 +166,9 @@ class NatsTransport(QueueTransport):
         """Close every cached connection and its loop thread (tests)."""
         with cls._lock:
             connections, cls._connections = list(cls._connections.values()), {}
+            watches, cls._watches = cls._watches, []
+        for watch in watches:
+            watch.stop()
         for conn in connections:
             conn.close()
 
@@ -180,96 +186,40 @@ class NatsTransport(QueueTransport):
                 raise
             raise TransportError(f"NATS call failed: {redact_url(repr(exc))}") from exc
 
-    # -- provisioning -------------------------------------------------------------------------
+    # -- provisioning and ownership -----------------------------------------------------------
 
-    def _provision(self, queue: QueueName) -> None:
-        stream, prefix = self.streams[queue]
-        s = self.settings
-        try:
-            self.run(self.conn.js.stream_info(stream), lookup=True)
-        except NotFoundError:
-            if not s.auto_provision:
-                raise AKConfigError(
-                    f"execution.queues.nats: stream '{stream}' does not exist on "
-                    f"{redact_url(s.url)}; declare it (e.g. a NACK Stream resource) or set "
-                    "auto_provision: true for development"
-                ) from None
-            config = StreamConfig(
-                name=stream,
-                subjects=[f"{prefix}.>"],
-                retention=RetentionPolicy.WORK_QUEUE,
-                storage=StorageType.FILE,
-                duplicate_window=s.duplicate_window,
-                max_age=s.max_age,
-            )
-            self.run(self.conn.js.add_stream(config))
-        self._check_partition_count(stream)
-        for partition in range(s.partitions):
-            self._provision_consumer(queue, partition)
+    def _own(self, queue: QueueName) -> None:
+        """Create or update ``queue``'s consumers once: this process consumes that queue."""
+        with self._owning:
+            if queue not in self._owned:
+                self._provisioner.own(queue)
+                self._owned.add(queue)
 
-    def _check_partition_count(self, stream: str) -> None:
-        """Refuse to start when the stream's partition consumers were made for another count."""
-        pattern = re.compile(rf"{re.escape(stream)}-p(\d+)")
-        found = []
-        for info in self.run(self.conn.js.consumers_info(stream)):
-            if match := pattern.fullmatch(info.name or ""):
-                found.append(int(match.group(1)))
-        existing = max(found) + 1 if found else 0
-        if existing and existing != self.settings.partitions:
-            raise AKConfigError(
-                f"execution.queues.nats.partitions is {self.settings.partitions} but stream "
-                f"'{stream}' has consumers for {existing} partitions; a different count moves "
-                "sessions to other partitions and breaks their order. Let the streams drain, "
-                "delete the consumers, then start with the new count"
-            )
+    def _fault(self, queue: QueueName) -> tuple[str, str]:
+        """What the watch finds wrong with ``queue`` now: (for sending, for fetching only)."""
+        sending = self._provisioner.stream_problem(queue)
+        fetching = ""
+        if not sending and queue in self._owned:
+            fetching = self._provisioner.consumer_problem(queue)
+        return sending, fetching
 
-    def _provision_consumer(self, queue: QueueName, partition: int) -> None:
-        stream, prefix = self.streams[queue]
-        wanted = ConsumerConfig(
-            durable_name=f"{stream}-p{partition}",
-            filter_subject=f"{prefix}.{partition}",
-            ack_policy=AckPolicy.EXPLICIT,
-            ack_wait=self.settings.ack_wait,
-            max_deliver=self.max_deliver[queue],
-            max_ack_pending=1,
-        )
-        try:
-            info = self.run(self.conn.js.consumer_info(stream, wanted.durable_name), lookup=True)
-        except NotFoundError:
-            if not self.settings.auto_provision:
-                raise AKConfigError(
-                    f"execution.queues.nats: consumer '{wanted.durable_name}' of stream "
-                    f"'{stream}' does not exist; declare it or set auto_provision: true for "
-                    "development"
-                ) from None
-            self.run(self.conn.js.add_consumer(stream, wanted))
-            return
-        self._reconcile(stream, info.config, wanted)
+    def fault(self, queue: QueueName) -> str:
+        """The last fault found on ``queue`` that refuses its sends ('' when none)."""
+        return self._watch.fault(queue)
 
-    def _reconcile(self, stream: str, have: ConsumerConfig, wanted: ConsumerConfig) -> None:
-        """Update an existing consumer whose lease or delivery settings changed, or refuse."""
-        name = wanted.durable_name
-        fixed = _differences(have, wanted, FIXED)
-        if fixed:
-            raise AKConfigError(
-                f"execution.queues.nats: consumer '{name}' of stream '{stream}' has {fixed}; "
-                "it cannot be changed in place: delete it (after the stream drained) to recreate"
-            )
-        changed = _differences(have, wanted, UPDATABLE)
-        if not changed:
-            return
-        if not self.settings.auto_provision:
-            raise AKConfigError(
-                f"execution.queues.nats: consumer '{name}' of stream '{stream}' has {changed}; "
-                "update the declared consumer, or set auto_provision: true to let agentkernel "
-                "update it"
-            )
-        self.run(self.conn.js.add_consumer(stream, wanted))  # JetStream updates these in place
-        logger.info("updated NATS consumer %s of %s: %s", name, stream, changed)
+    def fetch_fault(self, queue: QueueName) -> str:
+        """The last fault found on ``queue`` that stops its consumers fetching ('' when none)."""
+        return self._watch.fetch_fault(queue)
+
+    def close(self) -> None:
+        """Stop checking the streams (the connection is shared: :meth:`reset` closes it)."""
+        self._watch.stop()
 
     # -- QueueTransport -----------------------------------------------------------------------
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        if fault := self._watch.fault(queue):
+            raise TransportError(fault)
         stream, prefix = self.streams[queue]
         payload = message.body.encode()
         if len(payload) > (limit := self.conn.nc.max_payload):
@@ -282,6 +232,13 @@ class NatsTransport(QueueTransport):
         return None if ack.duplicate else f"{stream}:{ack.seq}"
 
     def create_consumer(self, queue: QueueName) -> NatsConsumer:
+        """A consumer of ``queue``; the first one creates or updates the queue's partition
+        consumers, which belong to the processes consuming it (see :mod:`.provision`).
+
+        Raises:
+            AKConfigError: the partition consumers are missing or differ and may not be changed.
+        """
+        self._own(QueueName(queue))
         return NatsConsumer(self, QueueName(queue))
 
     def check_consumer_capacity(self, queue: QueueName, num_consumers: int) -> None:
@@ -302,24 +259,6 @@ class NatsTransport(QueueTransport):
     def ping(self) -> None:
         if not self.conn.nc.is_connected:
             raise TransportError(f"not connected to NATS at {redact_url(self.settings.url)}")
+        if fault := self._watch.any_fault():
+            raise TransportError(fault)
         self.run(self.conn.nc.flush(self.settings.request_timeout))
-
-
-def _differences(have: ConsumerConfig, wanted: ConsumerConfig, fields: tuple[str, ...]) -> str:
-    """``ack_wait 300.0 (configured: 30.0)``, ... for the fields that differ; '' when none."""
-    out = []
-    for field in fields:
-        current, target = _normal(getattr(have, field)), _normal(getattr(wanted, field))
-        if current != target:
-            out.append(f"{field} {current} (configured: {target})")
-    return ", ".join(out)
-
-
-def _normal(value: Any) -> Any:
-    if isinstance(value, Enum):
-        return value.value
-    if value is None:
-        return UNLIMITED  # the server reports an unset cap as absent
-    if isinstance(value, float):
-        return round(value, 3)
-    return value
