@@ -24,6 +24,7 @@ from agentkernel.pipeline.transport.bookkeeping import (
     RedisBookkeepingStore,
 )
 from agentkernel.pipeline.transport.kafka.consumer import KafkaConsumer
+from agentkernel.pipeline.transport.kafka.identity import topic_ids
 from agentkernel.pipeline.transport.kafka.partitions import ATTR_PREFIX, DEDUP_HEADER
 
 logger = logging.getLogger(__name__)
@@ -51,6 +52,10 @@ class KafkaTransport(QueueTransport):
         self._lock = threading.Lock()
         self._admin = AdminClient(self._conf())
         self._check_topics()
+        #: Topic name -> the broker's topic id (``None``: not reported), naming positions.
+        self.topic_ids = topic_ids(
+            self._admin, list(self.topics.values()), settings.metadata_timeout
+        )
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> KafkaTransport:
