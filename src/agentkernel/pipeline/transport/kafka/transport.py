@@ -15,6 +15,7 @@ from confluent_kafka import KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from agentkernel.core.config import KafkaQueueConfig, QueuesConfig
+from agentkernel.core.config_kafka import require_shared
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
@@ -196,7 +197,8 @@ class KafkaTransport(QueueTransport):
 
 
 def _bookkeeping(settings: KafkaQueueConfig) -> BookkeepingStore:
-    if settings.bookkeeping == "redis":
+    require_shared(settings)
+    if settings.bookkeeping != "in_memory":
         return RedisBookkeepingStore(settings.bookkeeping_redis_url, f"ak:{settings.group_id}:")
     logger.warning(
         "Kafka receive counts and dedup are kept in memory: they reset when a worker restarts; "
