@@ -167,6 +167,7 @@ def pipeline_kafka(bootstrap: str, n: int) -> tuple[float, float]:
         auto_provision=True,
         partitions=8,
         consumer_config=TANSU,
+        bookkeeping="in_memory",  # one short-lived process: nothing to survive
     )
     return pipeline_rates(KafkaTransport(settings), n)
 

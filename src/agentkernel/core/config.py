@@ -44,6 +44,7 @@ from agentkernel.core.config_backends import (
     ResponseStoreConfig,
     SQSQueueConfig,
 )
+from agentkernel.core.config_kafka import share_bookkeeping
 from agentkernel.core.config_rules import check_reply_ttl
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
@@ -319,6 +320,12 @@ class AKConfig(BaseSettings):
                 "with the %s store, which pushes replies; api.sync_timeout bounds the wait",
                 store.type,
             )
+        return self
+
+    @model_validator(mode="after")
+    def _share_kafka_bookkeeping(self) -> AKConfig:
+        queues, store = self.execution.queues, self.execution.response_store
+        share_bookkeeping(queues.kafka, self.session, store)
         return self
 
     @classmethod

@@ -154,9 +154,12 @@ class KafkaQueueConfig(Block):
         False, description="Create missing topics (development); otherwise fail at start-up."
     )
     partitions: int = Field(8, ge=1, description="Partitions of topics created by auto_provision.")
-    bookkeeping: Literal["in_memory", "redis"] = Field(
-        "in_memory",
-        description="Where receive counts and dedup claims live; 'redis' survives worker restarts.",
+    bookkeeping: Literal["shared", "redis", "in_memory"] = Field(
+        "shared",
+        description="Where receive counts, finished records and dedup claims live. 'shared': "
+        "in Redis, at bookkeeping_redis_url when set, else on the session store's Redis, else "
+        "the response store's; start-up fails when there is none. 'redis': at "
+        "bookkeeping_redis_url. 'in_memory': forgotten when a worker restarts.",
     )
     bookkeeping_redis_url: str = Field(
         "redis://127.0.0.1:6379/0", description="Redis URL when bookkeeping is 'redis'."

@@ -190,7 +190,7 @@ class AgentRunner(QueueConsumer):
             doc = error_doc("NOT_FOUND", "no such session", session_id, request_id)
             await self._reply(message, 404, doc)
             return
-        if record.is_committed(request_id):
+        if record.has_applied(request_id, message.position):
             await self._replay(message, session_id, record, request_id)
             return
         if record.owner is None and user is not None:
@@ -222,7 +222,7 @@ class AgentRunner(QueueConsumer):
             return
         session_id = session_of(message)
         record = await self._read(session_id)
-        if record.is_committed(request_id):  # it did finish; only its acknowledgement was lost
+        if record.has_applied(request_id, message.position):  # it did finish; only its ack was lost
             await self._replay(message, session_id, record, request_id)
             return
         if self.last_attempt.owed_a_run(message, record, request_id):
@@ -272,12 +272,14 @@ class AgentRunner(QueueConsumer):
         Losing the commit to another attempt of the same turn re-sends that attempt's reply;
         losing it to a different turn raises, so the turn runs again on the newer state.
         """
-        commit = self.sessions.commit
+        commit, position = self.sessions.commit, message.position
         try:
-            await call(self.sessions.nonblocking, commit, session_id, base, outcome, state)
+            await call(
+                self.sessions.nonblocking, commit, session_id, base, outcome, state, position
+            )
         except StaleSessionError:
             fresh = await self._read(session_id)
-            if not fresh.is_committed(outcome.request_id):
+            if not fresh.has_applied(outcome.request_id, position):
                 raise
             logger.warning(
                 "turn %s of session %s was committed by another attempt; keeping that one",
@@ -289,7 +291,8 @@ class AgentRunner(QueueConsumer):
         try:
             await self._send(message, session_id, outcome)
         except MessageRejectedError as exc:
-            await self._reject_reply(message, session_id, base.advance(outcome, state), exc, base)
+            record = base.advance(outcome, state, position)
+            await self._reject_reply(message, session_id, record, exc, base)
 
     async def _replay(
         self, message: QueueMessage, session_id: str, record: SessionRecord, request_id: str
@@ -300,7 +303,13 @@ class AgentRunner(QueueConsumer):
         if outcome is None:
             # Later turns of the session were committed after it, and a session's next turn
             # only starts once the previous one was acknowledged, after its reply was sent.
-            logger.info("turn %s of session %s was answered before", request_id, session_id)
+            # Sending anything now would overwrite that reply in the response store.
+            logger.info(
+                "turn %s of session %s (at %s) was applied and answered before; not running it",
+                request_id,
+                session_id,
+                message.position or message.message_id,
+            )
             return
         logger.info(
             "turn %s of session %s is committed; re-sending its reply", request_id, session_id
@@ -333,8 +342,8 @@ class AgentRunner(QueueConsumer):
         doc = error_doc("REPLY_TOO_LARGE", str(exc), session_id, request_id)
         outcome = TurnOutcome(request_id, 500, json.dumps(doc))
         state = None if before is None else before.state
-        commit = self.sessions.commit
-        await call(self.sessions.nonblocking, commit, session_id, record, outcome, state)
+        commit, position = self.sessions.commit, message.position
+        await call(self.sessions.nonblocking, commit, session_id, record, outcome, state, position)
         await self._send(message, session_id, outcome)
 
     async def _reply(self, message: QueueMessage, status: int, doc: dict[str, Any]) -> None:

@@ -7,6 +7,8 @@ from typing import Any
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from agentkernel.pipeline.position import Position
+
 ATTR_REQUEST_ID = "request_id"
 ATTR_USER_ID = "user_id"
 ATTR_STATUS_CODE = "status_code"
@@ -40,6 +42,9 @@ class QueueMessage(BaseModel):
         dedup_id: a second send with the same id inside the transport's window is dropped.
         receive_count: 1-based number of this delivery; exact on every transport.
         message_id: the broker's identity of the message, for logs.
+        position: where the broker delivered it from (its ordering unit and monotonic
+            sequence there), set by the transport on received messages; ``None`` when the
+            broker has no such order (SQS standard queues). Never serialised.
         native: the transport's handle for ack/nack; never serialised.
     """
 
@@ -51,4 +56,5 @@ class QueueMessage(BaseModel):
     dedup_id: str | None = None
     receive_count: int = 1
     message_id: str | None = None
+    position: Position | None = Field(default=None, exclude=True)
     native: Any = Field(default=None, exclude=True, repr=False)

@@ -2,11 +2,16 @@
 
 A session is kept as one :class:`SessionRecord`: the agent's JSON state, a version that every
 commit raises by one, the request ids of the latest committed turns and the reply of the last
-one. A turn reads the record, runs, and commits its new state together with its reply in one
-conditional write (:meth:`SessionStore.commit`). The write only succeeds if the version is still
-the one the turn read, so an older or concurrent attempt of the same session loses
-(:class:`StaleSessionError`) instead of overwriting newer state. A redelivered turn whose
-request id is already in the record is not run again.
+one, and the broker position (:class:`~agentkernel.pipeline.position.Position`) of the latest
+applied turn. A turn reads the record, runs, and commits its new state together with its reply
+in one conditional write (:meth:`SessionStore.commit`). The write only succeeds if the version
+is still the one the turn read, so an older or concurrent attempt of the same session loses
+(:class:`StaleSessionError`) instead of overwriting newer state. A redelivered turn is not run
+again when its request id is in the record, or when its position is at or below the applied one
+(however many turns came after it; see :meth:`SessionRecord.has_applied`).
+
+Records are versioned (``format`` in the JSON): a record written before positions existed
+(format 1) decodes with no applied position and falls back to the request-id window.
 """
 
 from __future__ import annotations
@@ -17,10 +22,14 @@ from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
 from agentkernel.core.errors import StaleSessionError
+from agentkernel.pipeline.position import Position
 
-#: How many committed request ids a record remembers. A redelivery can only concern the
-#: session's latest turns (a session runs one turn at a time), so a short window is plenty.
+#: How many committed request ids a record remembers. The applied position recognises older
+#: replays; the ids cover deliveries without a comparable position (another ordering unit, a
+#: broker without one, a record of format 1).
 REMEMBERED_TURNS = 64
+#: The JSON layout written by :meth:`SessionRecord.encode`: 2 added ``applied``.
+RECORD_FORMAT = 2
 
 
 @dataclass(frozen=True)
@@ -50,6 +59,7 @@ class SessionRecord:
         trial: request id of a turn whose last allowed delivery has started (it runs alone
             in its process, so a crash then is its own doing).
         owner: the user id that created the session, when authentication is on.
+        applied: broker position of the latest committed turn that had one.
     """
 
     state: dict[str, Any] = field(default_factory=dict)
@@ -58,10 +68,22 @@ class SessionRecord:
     last: TurnOutcome | None = None
     trial: str | None = None
     owner: str | None = None
+    applied: Position | None = None
 
     def is_committed(self, request_id: str) -> bool:
         """Whether a turn with this request id has already been committed."""
         return request_id in self.committed
+
+    def has_applied(self, request_id: str, position: Position | None) -> bool:
+        """Whether a delivery of ``request_id`` at ``position`` was already applied.
+
+        True when the id is among the remembered ones, or when the delivery comes from the
+        unit of the applied position at or below it: a session's messages are delivered in
+        their unit's order, so everything up to the applied one was handled before.
+        """
+        if request_id in self.committed:
+            return True
+        return self.applied is not None and self.applied.covers(position)
 
     def outcome(self, request_id: str) -> TurnOutcome | None:
         """The committed reply of ``request_id`` if it is the latest turn, else ``None``."""
@@ -69,8 +91,17 @@ class SessionRecord:
             return self.last
         return None
 
-    def advance(self, outcome: TurnOutcome, state: dict[str, Any] | None) -> SessionRecord:
-        """The record after committing ``outcome`` (``state=None`` keeps the current state)."""
+    def advance(
+        self,
+        outcome: TurnOutcome,
+        state: dict[str, Any] | None,
+        position: Position | None = None,
+    ) -> SessionRecord:
+        """The record after committing ``outcome`` (``state=None`` keeps the current state).
+
+        Args:
+            position: where the turn was delivered from; ``None`` keeps the applied position.
+        """
         ids = [i for i in self.committed if i != outcome.request_id] + [outcome.request_id]
         return SessionRecord(
             state=self.state if state is None else state,
@@ -78,6 +109,7 @@ class SessionRecord:
             committed=tuple(ids[-REMEMBERED_TURNS:]),
             last=outcome,
             owner=self.owner,
+            applied=self.applied if position is None else position.later(self.applied),
         )
 
     def on_trial(self, request_id: str) -> SessionRecord:
@@ -91,8 +123,10 @@ class SessionRecord:
             TypeError: the state is not JSON-serialisable.
         """
         last = None if self.last is None else _outcome_doc(self.last)
-        doc = {"state": self.state, "turns": list(self.committed), "last": last}
-        optional = {"trial": self.trial, "owner": self.owner}
+        doc = {"format": RECORD_FORMAT, "state": self.state, "turns": list(self.committed)}
+        doc["last"] = last
+        applied = None if self.applied is None else self.applied.to_doc()
+        optional = {"trial": self.trial, "owner": self.owner, "applied": applied}
         return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
 
     @classmethod
@@ -107,6 +141,7 @@ class SessionRecord:
             last=None if last is None else TurnOutcome(**last),
             trial=doc.get("trial"),
             owner=doc.get("owner"),
+            applied=Position.from_doc(doc.get("applied")),
         )
 
 
@@ -153,13 +188,17 @@ class SessionStore(ABC):
         base: SessionRecord,
         outcome: TurnOutcome,
         state: dict[str, Any] | None,
+        position: Position | None = None,
     ) -> SessionRecord:
         """Commit a turn read at ``base``: its reply and (unless ``None``) its new state.
+
+        Args:
+            position: where the turn was delivered from (kept as the applied position).
 
         Raises:
             StaleSessionError: another attempt committed since ``base`` was read.
         """
-        record = base.advance(outcome, state)
+        record = base.advance(outcome, state, position)
         self.write(session_id, record, expected_version=base.version)
         return record
 

@@ -45,6 +45,8 @@ class QueueTransportContract(ContractFixtures):
     delayed_nack: ClassVar[bool] = True
     #: Delay asked of ``nack_later`` by its case, in seconds (whole: SQS takes no less).
     nack_delay: ClassVar[float] = 2.0
+    #: Received messages carry a ``position`` that rises within a group (replay detection).
+    positions: ClassVar[bool] = True
 
     #: Cases that only apply when a capability is declared.
     _CASES_NEEDING: ClassVar[dict[str, tuple[str, ...]]] = {
@@ -60,6 +62,7 @@ class QueueTransportContract(ContractFixtures):
             "test_a_consumer_waiting_in_fetch_respects_the_group_lock",
         ),
         "delayed_nack": ("test_nack_later_redelivers_after_the_delay",),
+        "positions": ("test_positions_rise_within_a_group_and_stay_on_redelivery",),
     }
 
     def __init_subclass__(cls, **kwargs: object) -> None:
@@ -341,3 +344,25 @@ class QueueTransportContract(ContractFixtures):
             for body, count in deliveries:
                 assert body not in seen or count > 1, f"{name} delivered twice: {deliveries}"
                 seen.add(body)
+
+    # -- positions (how the runner recognises a replay past its id window) -----------------
+
+    def test_positions_rise_within_a_group_and_stay_on_redelivery(
+        self, transport: QueueTransport
+    ) -> None:
+        for body in ("1", "2", "3"):
+            transport.send(QueueName.INPUT, self.msg(body, group="s1"))
+        consumer = self.consumer(transport, QueueName.INPUT)
+        first = self.fetch_one(consumer)
+        consumer.nack(first)
+        again = self.fetch_one(consumer)
+        assert again.body == "1" and again.position == first.position is not None
+        seen = [again]
+        consumer.ack(again)
+        for _ in range(2):
+            seen.append(self.fetch_one(consumer))
+            consumer.ack(seen[-1])
+        positions = [m.position for m in seen]
+        assert len({p.unit for p in positions if p is not None}) == 1, positions
+        sequences = [p.sequence for p in positions if p is not None]
+        assert len(sequences) == 3 and sequences == sorted(set(sequences)), positions

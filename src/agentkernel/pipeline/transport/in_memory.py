@@ -27,6 +27,7 @@ from typing import ClassVar
 from agentkernel.core.config import InMemoryQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.process.event_loop import resolve_soon
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 from agentkernel.pipeline.transport.in_memory_queue import Entry, Handle, Lease, MemoryQueue
@@ -70,12 +71,15 @@ class _Broker:
             now = self.clock()
             if message.dedup_id is not None and self._is_duplicate(q, message.dedup_id, now):
                 return None
+            number = next(self._ids)
             stored = message.model_copy(
                 update={
                     "attributes": dict(message.attributes),
-                    "message_id": f"{self._id_prefix}{next(self._ids):016x}",
+                    "message_id": f"{self._id_prefix}{number:016x}",
                     "receive_count": 1,
                     "native": None,
+                    # The random prefix names this broker's life: a new one counts from 1 again.
+                    "position": Position(f"memory:{self._id_prefix}:{queue}", number),
                 }
             )
             group = message.group_id if message.group_id is not None else f"\0{stored.message_id}"

@@ -17,6 +17,7 @@ from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.kafka.errors import kafka_errors
+from agentkernel.pipeline.transport.kafka.identity import unit_of
 from agentkernel.pipeline.transport.kafka.partitions import Entry, Partition, advance, message_of
 
 if TYPE_CHECKING:
@@ -240,7 +241,10 @@ class KafkaConsumer(TransportConsumer):
         with self._lock:
             for tp in partitions:
                 self._parts[tp.partition] = Partition(
-                    tp.topic, tp.partition, f"{self._group}:{tp.topic}:{tp.partition}"
+                    tp.topic,
+                    tp.partition,
+                    f"{self._group}:{tp.topic}:{tp.partition}",
+                    unit=unit_of(tp.topic, tp.partition, self._transport.topic_ids.get(tp.topic)),
                 )
 
     def _revoked(self, consumer: Any, partitions: list[Any]) -> None:

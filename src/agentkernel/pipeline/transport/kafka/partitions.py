@@ -11,6 +11,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.transport.bookkeeping import BookkeepingStore
 
 logger = logging.getLogger(__name__)
@@ -41,6 +42,7 @@ class Partition:
     requested: int = -1  # offset of the last commit sent
     committed: int = -1  # offset of the last commit the broker confirmed
     revoking: bool = False
+    unit: str | None = None  # ordering unit of positions (names the topic id); None: no id
 
 
 def advance(part: Partition) -> int:
@@ -73,5 +75,6 @@ def message_of(entry: Entry, books: BookkeepingStore, window: float) -> QueueMes
         dedup_id=dedup.decode() if dedup is not None else None,
         receive_count=count,
         message_id=position,
+        position=None if part.unit is None else Position(part.unit, entry.offset),
         native=entry,
     )

@@ -15,6 +15,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from agentkernel.core.config import KafkaQueueConfig, QueuesConfig
+from agentkernel.core.config_kafka import require_shared
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
@@ -25,6 +26,7 @@ from agentkernel.pipeline.transport.bookkeeping import (
 )
 from agentkernel.pipeline.transport.kafka.consumer import KafkaConsumer
 from agentkernel.pipeline.transport.kafka.errors import error_code, kafka_errors
+from agentkernel.pipeline.transport.kafka.identity import topic_ids
 from agentkernel.pipeline.transport.kafka.partitions import ATTR_PREFIX, DEDUP_HEADER
 
 logger = logging.getLogger(__name__)
@@ -54,6 +56,10 @@ class KafkaTransport(QueueTransport):
         with kafka_errors("admin client", key=_CLIENT_KEY):
             self._admin = AdminClient(self._conf())
         self._check_topics()
+        #: Topic name -> the broker's topic id (``None``: not reported), naming positions.
+        self.topic_ids = topic_ids(
+            self._admin, list(self.topics.values()), settings.metadata_timeout
+        )
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> KafkaTransport:
@@ -204,7 +210,8 @@ def _created(future: Any, timeout: float) -> None:
 
 
 def _bookkeeping(settings: KafkaQueueConfig) -> BookkeepingStore:
-    if settings.bookkeeping == "redis":
+    require_shared(settings)
+    if settings.bookkeeping != "in_memory":
         return RedisBookkeepingStore(settings.bookkeeping_redis_url, f"ak:{settings.group_id}:")
     logger.warning(
         "Kafka receive counts and dedup are kept in memory: they reset when a worker restarts; "

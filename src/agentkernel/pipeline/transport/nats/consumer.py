@@ -23,6 +23,7 @@ from nats.errors import Error as NatsError
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.consumer.redelivery import backoff
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, decode_envelope
 from agentkernel.pipeline.transport.nats.pull import Pull
@@ -82,6 +83,7 @@ class NatsConsumer(TransportConsumer):
         self._transport = transport
         self._queue = queue
         self._stream, _ = transport.streams[queue]
+        self._unit = transport.stream_unit(queue)  # names positions; see pipeline.position
         self._settings = transport.settings
         self._nc = transport.conn.nc
         self._loop = transport.conn.loop.loop  # a reset transport's loop is closed, not renewed
@@ -310,6 +312,7 @@ class NatsConsumer(TransportConsumer):
             dedup_id=headers.get("Nats-Msg-Id"),
             receive_count=int(meta.num_delivered),
             message_id=f"{self._stream}:{meta.sequence.stream}",
+            position=Position(self._unit, int(meta.sequence.stream)),
             native=msg,
         )
 

@@ -251,6 +251,17 @@ class NatsTransport(QueueTransport):
                 self.settings.partitions,
             )
 
+    def stream_unit(self, queue: QueueName) -> str:
+        """The ordering unit of the queue's stream: its name and creation time.
+
+        A stream deleted and declared again numbers its messages from 1 again; its new creation
+        time keeps those positions apart from the old ones.
+        """
+        stream = self.streams[queue][0]
+        info = self.run(self.conn.js.stream_info(stream))
+        created = info.created.isoformat() if info.created is not None else "?"
+        return f"nats:{stream}@{created}"
+
     def depth(self, queue: QueueName) -> int:
         """Messages stored in the queue's stream (waiting or in flight)."""
         info = self.run(self.conn.js.stream_info(self.streams[queue][0]))
