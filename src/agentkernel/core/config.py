@@ -44,6 +44,7 @@ from agentkernel.core.config_backends import (
     ResponseStoreConfig,
     SQSQueueConfig,
 )
+from agentkernel.core.config_limits import LimitsConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
 from agentkernel.core.upstream import closest_key, drop_upstream_keys
@@ -55,6 +56,7 @@ __all__ = [
     "InMemoryQueueConfig",
     "InputQueueSettings",
     "KafkaQueueConfig",
+    "LimitsConfig",
     "NatsQueueConfig",
     "OutputQueueSettings",
     "QueueSettings",
@@ -247,6 +249,7 @@ class ApiConfig(_Block):
         default_factory=WebSocketConfig, description="Serverless WebSocket connections."
     )
     auth: AuthConfig = Field(default_factory=AuthConfig, description="Authentication.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Limits (429, 408).")
     access_log: bool = Field(
         False,
         description="Log one line per request and WebSocket connection (logger "
