@@ -26,6 +26,7 @@ from agentkernel import __version__
 from agentkernel.core.agent import Agent, AgentRegistry, Module
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
+from agentkernel.core.redact import PrintableFilter
 
 
 def load_agents(spec: str) -> None:
@@ -238,6 +239,8 @@ def main(argv: list[str] | None = None) -> int:
         level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
+    for log_handler in logging.getLogger().handlers:  # one record, one line
+        log_handler.addFilter(PrintableFilter())
     try:
         if args.command == "chat":
             return _chat(args)

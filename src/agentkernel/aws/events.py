@@ -109,7 +109,9 @@ def _body(event: dict[str, Any]) -> bytes:
             return base64.b64decode(raw, validate=True)
         except (binascii.Error, ValueError) as exc:
             raise BadEvent(f"the body is not valid base64: {exc}") from exc
-    return str(raw).encode()
+    # A lone surrogate (the event's JSON may carry one) stays a JSON escape, for the chat
+    # parser to refuse with the field named.
+    return str(raw).encode("utf-8", "backslashreplace")
 
 
 def http_response(status: int, doc: Any, headers: dict[str, str] | None = None) -> dict[str, Any]:

@@ -45,6 +45,7 @@ from agentkernel.core.config_backends import (
     SQSQueueConfig,
 )
 from agentkernel.core.config_kafka import share_bookkeeping
+from agentkernel.core.config_limits import LimitsConfig
 from agentkernel.core.config_rules import check_reply_ttl
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
@@ -57,6 +58,7 @@ __all__ = [
     "InMemoryQueueConfig",
     "InputQueueSettings",
     "KafkaQueueConfig",
+    "LimitsConfig",
     "NatsQueueConfig",
     "OutputQueueSettings",
     "QueueSettings",
@@ -254,6 +256,7 @@ class ApiConfig(_Block):
         default_factory=WebSocketConfig, description="Serverless WebSocket connections."
     )
     auth: AuthConfig = Field(default_factory=AuthConfig, description="Authentication.")
+    limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Limits (429, 408).")
     access_log: bool = Field(
         False,
         description="Log one line per request and WebSocket connection (logger "

@@ -7,13 +7,13 @@ goes through :func:`redact_url` first.
 
 from __future__ import annotations
 
+import logging
 import re
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 MASK = "***"
 #: A query parameter whose name contains one of these (any case) holds a credential.
 SECRET_QUERY_FRAGMENTS = ("pass", "token", "secret", "auth", "key", "sig", "credential", "jwt")
-_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 _URL = re.compile(r"[A-Za-z][A-Za-z0-9+.-]*://[^\s'\"<>,]+")
 _PASSWORD = re.compile(r"(://[^:/@\s]*):[^@/\s]*@")  # also when the password holds a comma
 
@@ -77,6 +77,28 @@ def _secret(name: str) -> bool:
 
 
 def printable(text: str) -> str:
-    """``text`` with control characters escaped (``\\n``, ``\\x1b``), so a value a client chose
-    (a path, a user id) cannot start a forged line in a log."""
-    return _CONTROL.sub(lambda m: m.group(0).encode("unicode_escape").decode(), text)
+    """``text`` with every non-printable character escaped (``\\n``, ``\\x1b``, ``\\x85``,
+    ``\\u2028``, a lone surrogate as ``\\ud800``), so a value a client chose (a path, a user
+    id, a session id) cannot start a forged line in a log, whatever splits lines there."""
+    if text.isprintable():
+        return text
+    return "".join(char if char.isprintable() else _escaped(char) for char in text)
+
+
+def _escaped(char: str) -> str:
+    return char.encode("unicode_escape").decode("ascii")
+
+
+class PrintableFilter(logging.Filter):
+    """Escapes non-printable characters in a record's message (see :func:`printable`).
+
+    Installed by the ``agentkernel`` command on its log handler, so every line stays one line
+    whatever client text a message quotes; install it on your own handler when embedding.
+    """
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        message = record.getMessage()
+        cleaned = printable(message)
+        if cleaned != message:
+            record.msg, record.args = cleaned, None
+        return True

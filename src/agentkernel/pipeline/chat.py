@@ -19,6 +19,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.json_text import lone_surrogate_field
 
 #: The chat routes' path: ``POST`` a turn, ``GET {CHAT_PATH}/{session_id}?request_id=`` its reply.
 CHAT_PATH = "/api/v1/chat"
@@ -97,6 +98,9 @@ def parse_chat(raw: bytes) -> ChatRequest:
         raise HTTPError(
             400, "INVALID_JSON", f"the body is nested more than {MAX_JSON_DEPTH} levels deep"
         )
+    if (field := lone_surrogate_field(data)) is not None:
+        message = f"field {field!r} holds a lone surrogate (not encodable text)"
+        raise HTTPError(400, "INVALID_TEXT", message, field=field)
     try:
         return ChatRequest.model_validate(data)
     except ValidationError as exc:

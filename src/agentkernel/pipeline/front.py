@@ -46,6 +46,7 @@ from agentkernel.pipeline.envelope import ATTR_TRACEPARENT, ATTR_USER_ID, QueueN
 from agentkernel.pipeline.frames import read_frames
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
+from agentkernel.pipeline.quota_front import IdentityQuota
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
 
@@ -90,6 +91,7 @@ class ChatFront:
         self._waiters: dict[asyncio.Future[None], asyncio.AbstractEventLoop] = {}
         self._waiters_lock = threading.Lock()
         self._released = False
+        self.quota = IdentityQuota(store, self.config.api.limits)
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -133,14 +135,14 @@ class ChatFront:
                 await self._enqueue(chat, turn, traceparent, owner)
             return StreamAnswer(request_id, chat.session_id, owner=owner)
         if not fresh and (known := await self._read(turn)):
-            return _record_answer(known, chat.session_id, owner)
+            return await self._answered(known, chat.session_id, owner)
         await self._enqueue(chat, turn, traceparent, owner)
         if wants_async(chat_call.prefer, self.config.execution.mode):
             return _accepted(turn)
         record = await self._wait(turn, chat_call.budget)
         if record is None:
             raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
-        return _record_answer(record, chat.session_id, owner, location=turn.location)
+        return await self._answered(record, chat.session_id, owner, location=turn.location)
 
     def _checked_size(self, body: bytes) -> bytes:
         limit = self.config.api.max_body_bytes
@@ -205,7 +207,7 @@ class ChatFront:
                 )
             except StoreError as exc:
                 raise self._store_error(turn, exc) from exc
-        return _record_answer(record, session_id, identity, request_id=request_id)
+        return await self._answered(record, session_id, identity, request_id=request_id)
 
     def resume_stream(
         self, session_id: str, request_id: str, identity: str | None, after: int
@@ -222,7 +224,7 @@ class ChatFront:
     def frames(self, stream: StreamAnswer) -> AsyncIterator[dict[str, Any] | None]:
         """The frames of a streamed turn (``None``: time for a keep-alive)."""
         api = self.config.api
-        return read_frames(
+        frames = read_frames(
             self.store,
             stream.request_id,
             stream.session_id,
@@ -231,6 +233,7 @@ class ChatFront:
             idle_timeout=api.sync_timeout,
             owner=stream.owner,
         )
+        return self.quota.reading(frames, stream.owner, stream.request_id)
 
     async def wait_reply(self, request_id: str) -> ResponseRecord | None:
         """Wait for a reply up to ``api.sync_timeout`` seconds (the WebSocket front)."""
@@ -266,6 +269,9 @@ class ChatFront:
 
     async def _admit(self, chat: ChatRequest, turn: TurnAddress, owner: str | None) -> None:
         """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
+        await call(
+            self.store.nonblocking, self.quota.admit, owner, turn.request_id, chat.session_id
+        )
         await call(self.store.nonblocking, admit, self.store, chat, turn.request_id, owner)
 
     async def _read(self, turn: TurnAddress) -> ResponseRecord | None:
@@ -305,6 +311,12 @@ class ChatFront:
             "SHUTTING_DOWN",
             "the server is shutting down; the turn is queued, poll the Location for its reply",
         )
+
+    async def _answered(self, record: ResponseRecord, *args: Any, **kwargs: Any) -> Answer:
+        """The answer for a reply shown to its caller, which then counts as read."""
+        answer = _record_answer(record, *args, **kwargs)  # refuses one the caller may not see
+        await call(self.store.nonblocking, self.quota.read, record)
+        return answer
 
     def _store_error(self, turn: TurnAddress, exc: StoreError) -> HTTPError:
         self._log.log(

@@ -18,6 +18,7 @@ import threading
 
 from agentkernel.core.blocking import nonblocking_async
 from agentkernel.core.config import QueuesConfig
+from agentkernel.core.errors import StoreError
 from agentkernel.pipeline.consumer.base import Handler, QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, LoopSettings
@@ -115,6 +116,7 @@ class ResponseHandler(QueueConsumer):
             self.on_permanent_failure(message)
             return
         self.store.put(record)
+        self._count(record.owner, record.request_id, len(message.body))
 
     def _put_chunk(self, message: QueueMessage, index: str) -> None:
         try:
@@ -127,9 +129,20 @@ class ResponseHandler(QueueConsumer):
         request_id = message.attributes.get(ATTR_REQUEST_ID, "")
         try:
             self.store.put_chunk(request_id, int(index), frame)
+            owner = message.attributes.get(ATTR_USER_ID)
+            self._count(owner, f"{request_id}#{index}", len(message.body))
         except NotImplementedError:
             # The final reply still arrives; only live chunks are lost to this store.
             logger.warning("%s keeps no stream chunks; dropping one", type(self.store).__name__)
+
+    def _count(self, owner: str | None, key: str, size: int) -> None:
+        """Count stored bytes against the owner's quota; best effort (the reply is stored)."""
+        if owner is None:
+            return
+        try:
+            self.store.quota_ledger().stored(owner, key, size)
+        except StoreError as exc:
+            logger.warning("stored bytes of %s not counted for its owner: %s", key, exc)
 
     def on_permanent_failure(self, message: QueueMessage) -> None:
         """Store the reply anyway (the store may be back), or an error record if it is unreadable.

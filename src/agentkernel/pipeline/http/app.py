@@ -15,9 +15,11 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from agentkernel.pipeline.front import CHAT_PATH, ChatFront
 from agentkernel.pipeline.http import openapi
 from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_server_logs
-from agentkernel.pipeline.http.auth import Authenticator, AuthMiddleware
+from agentkernel.pipeline.http.auth import IDENTITY, OPEN_PATHS, Authenticator, AuthMiddleware
 from agentkernel.pipeline.http.errors import install_error_handlers
+from agentkernel.pipeline.http.public_routes import public_paths
 from agentkernel.pipeline.http.rest import ChatRoutes, json_response
+from agentkernel.pipeline.http.socket_gate import SocketGate
 from agentkernel.pipeline.http.websocket import ChatSocket
 from agentkernel.pipeline.process.metrics import METRICS
 
@@ -37,15 +39,19 @@ def build_app(front: ChatFront) -> FastAPI:
     protect_server_logs()
     api = front.config.api
     if api.auth.enabled:
-        app.add_middleware(AuthMiddleware, authenticator=Authenticator(api.auth))
+        app.add_middleware(
+            AuthMiddleware,
+            authenticator=Authenticator(api.auth),
+            open_paths=OPEN_PATHS | public_paths(api.limits.public_routes),
+        )
     if api.access_log:
         app.add_middleware(AccessLogMiddleware)  # outermost: refused requests are logged too
-    _chat_routes(app, ChatRoutes(front))
+    _chat_routes(app, ChatRoutes(front), SocketGate(api.limits))
     _service_routes(app, front)
     return app
 
 
-def _chat_routes(app: FastAPI, routes: ChatRoutes) -> None:
+def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
     app.post(
         CHAT_PATH,
         status_code=200,
@@ -59,7 +65,9 @@ def _chat_routes(app: FastAPI, routes: ChatRoutes) -> None:
 
     async def websocket(websocket: WebSocket) -> None:
         """The chat WebSocket: ``CHAT_QUEUED``, then ``CHAT_RESPONSE`` or chunk frames."""
-        await ChatSocket(routes.front, websocket).serve()
+        async with gate.slot(websocket, IDENTITY.get()) as admitted:
+            if admitted:
+                await ChatSocket(routes.front, websocket).serve()
 
     app.websocket("/ws")(websocket)
 

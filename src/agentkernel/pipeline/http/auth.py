@@ -93,11 +93,13 @@ class Authenticator:
 class AuthMiddleware:
     """ASGI middleware enforcing :class:`Authenticator` on every route but the open ones."""
 
-    def __init__(self, app: ASGIApp, authenticator: Authenticator) -> None:
-        self.app, self.authenticator = app, authenticator
+    def __init__(
+        self, app: ASGIApp, authenticator: Authenticator, open_paths: frozenset[str] = OPEN_PATHS
+    ) -> None:
+        self.app, self.authenticator, self.open_paths = app, authenticator, open_paths
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
-        if scope["type"] not in ("http", "websocket") or scope["path"] in OPEN_PATHS:
+        if scope["type"] not in ("http", "websocket") or scope["path"] in self.open_paths:
             await self.app(scope, receive, send)
             return
         headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in scope["headers"]}

@@ -116,6 +116,7 @@ class ChatSocket:
                 system_response("NOT_FOUND", "no such turn in this session", request_id)
             )
             return
+        await asyncio.to_thread(self.handler.quota.read, record)
         frame = {
             "type": "CHAT_RESPONSE",
             "request_id": request_id,

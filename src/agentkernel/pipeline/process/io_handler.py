@@ -40,6 +40,7 @@ from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.http.server_limits import server_options
 from agentkernel.pipeline.process.event_loop import StallWatchdog
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.shutdown import (
@@ -119,6 +120,7 @@ class IOHandler:
                 access_log=False,
                 lifespan="off",
                 timeout_graceful_shutdown=5,
+                **server_options(self.config.api),
             )
         )
         self._stopped = threading.Event()

@@ -10,6 +10,8 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from agentkernel.pipeline.quota import InMemoryQuotaLedger, QuotaLedger
+
 
 def visible(session_id: str, owner: str | None, to_session: str, to_owner: str | None) -> bool:
     """The one rule for every read of a turn (reply, ticket, stream, WebSocket, Lambda): a turn
@@ -191,6 +193,19 @@ class ResponseStore(ABC):
 
     def _changed(self, request_id: str, seen: int) -> bool:
         return bool(self.chunks(request_id, seen)) or self.get(request_id) is not None
+
+    # -- per-identity quota counts -------------------------------------------------------------
+
+    def quota_ledger(self) -> QuotaLedger:
+        """The per-identity quota counts kept beside these replies (one ledger per store)."""
+        ledger = self.__dict__.get("_quota_ledger")
+        if ledger is None:  # setdefault: two threads asking at once get the same ledger
+            ledger = self.__dict__.setdefault("_quota_ledger", self._new_quota_ledger())
+        return ledger  # type: ignore[no-any-return]
+
+    def _new_quota_ledger(self) -> QuotaLedger:
+        """This process's counts; a store shared by processes overrides it to share them."""
+        return InMemoryQuotaLedger(self.ttl)
 
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise ``ResponseStoreError`` when the backend is unreachable."""

@@ -28,6 +28,7 @@ import redis
 
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.core.redis_errors import connect, redis_errors
+from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 
@@ -181,6 +182,11 @@ class RedisResponseStore(ResponseStore):
             # Closed by close(), or the connection dropped: the next wait starts a new listener,
             # and every waiter also re-checks the key, so nothing is lost meanwhile.
             logger.debug("reply listener stopped", exc_info=True)
+
+    def _new_quota_ledger(self) -> QuotaLedger:
+        from agentkernel.pipeline.quota_redis import RedisQuotaLedger
+
+        return RedisQuotaLedger(self._redis, self._prefix, self.ttl)
 
     def ping(self) -> None:
         with _errors("ping"):
