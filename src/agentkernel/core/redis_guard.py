@@ -84,7 +84,7 @@ class RedisGuard:
         if persistent is False:
             self._warn(
                 "Redis persistence is off (no snapshots, no append-only file): a restart "
-                "empties the store; its processes will refuse the sessions it lost"
+                "empties the store (its processes then refuse what it lost, loudly)"
             )
         epoch = self._redis.get(self._epoch_key)
         if epoch is None:
