@@ -107,4 +107,4 @@ class EphemeralRedis(PrivateRedis):
 
     def command(self) -> list[str]:
         durable = super().command()
-        return durable[: durable.index("--save")] + ["--save", "", "--appendonly", "no"]
+        return [*durable[: durable.index("--save")], "--save", "", "--appendonly", "no"]
