@@ -17,10 +17,10 @@ owner and committed turns gone, and nobody told. So each Redis store keeps a gua
   :class:`~agentkernel.core.errors.AKConfigError` unless ``allow_eviction`` is set (then
   warned about); persistence off (no snapshots, no append-only file) is a warning, since the
   epoch catches the restart that empties the server.
-- Every ``CHECK_SECONDS`` (on a store call) and on every readiness check: the epoch, the
-  eviction policy and the server's count of evicted keys. Keys evicted since the store started,
-  or an evicting policy set since, make every later miss suspect: a missing record can no
-  longer be told from an evicted one.
+- On every miss, every ``CHECK_SECONDS`` on the way of a store call, and on every readiness
+  check: the epoch, the eviction policy and the server's count of evicted keys, in one round
+  trip. Keys evicted since the store started, or an evicting policy set since, make every later
+  miss suspect: a missing record can no longer be told from an evicted one.
 
 Callers run these methods inside their own ``redis_errors`` block, which maps redis-py errors.
 """
@@ -78,15 +78,14 @@ class RedisGuard:
         Raises:
             AKConfigError: the server may evict records and ``allow_eviction`` is off.
         """
-        policy, persistent, evicted = self._server()
+        policy, persistence, evicted, epoch = self._snapshot()
         if policy != "noeviction":
             self._evicting_at_start(policy)
-        if persistent is False:
+        if self._persistent(persistence) is False:
             self._warn(
                 "Redis persistence is off (no snapshots, no append-only file): a restart "
                 "empties the store (its processes then refuse what it lost, loudly)"
             )
-        epoch = self._redis.get(self._epoch_key)
         if epoch is None:
             self._redis.set(self._epoch_key, uuid.uuid4().hex, nx=True)
             epoch = self._redis.get(self._epoch_key)
@@ -123,7 +122,7 @@ class RedisGuard:
 
     def _observe(self) -> bool:
         """Check the server's evictions and the epoch; whether the epoch is intact."""
-        policy, _, evicted = self._server()
+        policy, _, evicted, epoch = self._snapshot()
         if self._suspect is None and not self._allow_eviction:
             if evicted > self._evicted:
                 self._suspect_misses(f"Redis evicted {evicted - self._evicted} keys")
@@ -132,7 +131,7 @@ class RedisGuard:
         elif evicted > self._evicted:
             logger.warning("%s: Redis evicted %s keys", self._name, evicted - self._evicted)
             self._evicted = evicted
-        return self._compare(self._redis.get(self._epoch_key))
+        return self._compare(epoch)
 
     def _suspect_misses(self, reason: str) -> None:
         self._suspect = f"{reason} since this process started"
@@ -149,9 +148,10 @@ class RedisGuard:
         Raises:
             StoreDataLostError: the epoch is gone or changed, or keys were evicted.
         """
+        intact = self._observe()  # one round trip, on a miss only (a new session or ticket)
         if self._suspect is not None:
             raise StoreDataLostError(f"{self._name}: no record of {what}, and {self._suspect}")
-        if not self._compare(self._redis.get(self._epoch_key)):
+        if not intact:
             raise StoreDataLostError(f"{self._name}: no record of {what}, and {self.lost}")
 
     @property
@@ -198,18 +198,17 @@ class RedisGuard:
         self._lost_logged = not intact
         return intact
 
-    def _server(self) -> tuple[str, bool | None, int]:
-        """The eviction policy, whether persistence is on (``None``: cannot tell), evictions."""
+    def _snapshot(self) -> tuple[str, dict[str, object], int, bytes | str | None]:
+        """In one round trip: the eviction policy, the persistence section of ``INFO``, the
+        count of keys evicted since the server started, and the epoch."""
         with self._redis.pipeline(transaction=False) as pipe:
             pipe.info("memory")
             pipe.info("persistence")
             pipe.info("stats")
-            memory, persistence, stats = pipe.execute()
-        return (
-            str(memory.get("maxmemory_policy", "noeviction")),
-            self._persistent(persistence),
-            int(stats.get("evicted_keys", 0)),
-        )
+            pipe.get(self._epoch_key)
+            memory, persistence, stats, epoch = pipe.execute()
+        policy = str(memory.get("maxmemory_policy", "noeviction"))
+        return policy, persistence, int(stats.get("evicted_keys", 0)), epoch
 
     def _persistent(self, persistence: dict[str, object]) -> bool | None:
         if str(persistence.get("aof_enabled", "0")) == "1":
