@@ -39,8 +39,9 @@ if TYPE_CHECKING:
 
 logger = logging.getLogger(__name__)
 
-#: Seconds between two checks of the epoch and the eviction counters made on the way of a call.
-CHECK_SECONDS = 10.0
+#: Seconds between two checks of the epoch and the eviction counters made on the way of a call
+#: (one pipelined round trip each): how long a front may take a lost ticket for a new one.
+CHECK_SECONDS = 2.0
 #: Seconds the readiness probe's write lives (it only proves that Redis still takes writes).
 PROBE_TTL_MS = 10_000
 

@@ -128,6 +128,8 @@ class RedisResponseStore(ResponseStore):
     def get(self, request_id: str) -> ResponseRecord | None:
         with _errors(f"read of {request_id}"):
             raw = self._redis.get(self._key(request_id))
+            if raw is None and self._guard.refuses_misses():  # the reply may have been evicted
+                raise StoreDataLostError(f"no reply of {request_id}: keys were evicted")
             return None if raw is None else ResponseRecord.from_json(raw)
 
     def accept(self, ticket: TurnTicket) -> TurnTicket | None:
