@@ -79,10 +79,10 @@ class RedisGuard:
         Raises:
             AKConfigError: the server may evict records and ``allow_eviction`` is off.
         """
-        policy, persistence, evicted, epoch = self._snapshot()
+        policy, evicted, epoch = self._snapshot(full=True)
         if policy != "noeviction":
-            self._evicting_at_start(policy)
-        if self._persistent(persistence) is False:
+            self._evicting_at_start(str(policy))
+        if self._persistent() is False:
             self._warn(
                 "Redis persistence is off (no snapshots, no append-only file): a restart "
                 "empties the store (its processes then refuse what it lost, loudly)"
@@ -121,13 +121,14 @@ class RedisGuard:
             self._next_check = time.monotonic() + CHECK_SECONDS
             self._observe()
 
-    def _observe(self) -> bool:
-        """Check the server's evictions and the epoch; whether the epoch is intact."""
-        policy, _, evicted, epoch = self._snapshot()
+    def _observe(self, full: bool = True) -> bool:
+        """Check the server's evictions (and, ``full``, its policy) and the epoch; whether the
+        epoch is intact."""
+        policy, evicted, epoch = self._snapshot(full)
         if self._suspect is None and not self._allow_eviction:
             if evicted > self._evicted:
                 self._suspect_misses(f"Redis evicted {evicted - self._evicted} keys")
-            elif policy != "noeviction":
+            elif policy not in ("noeviction", None):
                 self._suspect_misses(f"the Redis maxmemory-policy became {policy}")
         elif evicted > self._evicted:
             logger.warning("%s: Redis evicted %s keys", self._name, evicted - self._evicted)
@@ -149,7 +150,7 @@ class RedisGuard:
         Raises:
             StoreDataLostError: the epoch is gone or changed, or keys were evicted.
         """
-        intact = self._observe()  # one round trip, on a miss only (a new session or ticket)
+        intact = self._observe(full=False)  # one round trip, on a miss (a new session or ticket)
         if self._suspect is not None:
             raise StoreDataLostError(f"{self._name}: no record of {what}, and {self._suspect}")
         if not intact:
@@ -199,23 +200,24 @@ class RedisGuard:
         self._lost_logged = not intact
         return intact
 
-    def _snapshot(self) -> tuple[str, dict[str, object], int, bytes | str | None]:
-        """In one round trip: the eviction policy, the persistence section of ``INFO``, the
-        count of keys evicted since the server started, and the epoch."""
+    def _snapshot(self, full: bool) -> tuple[str | None, int, bytes | str | None]:
+        """In one round trip: the eviction policy (``full`` only, else ``None``), the count of
+        keys evicted since the server started, and the epoch."""
         with self._redis.pipeline(transaction=False) as pipe:
-            pipe.info("memory")
-            pipe.info("persistence")
             pipe.info("stats")
             pipe.get(self._epoch_key)
-            memory, persistence, stats, epoch = pipe.execute()
-        policy = str(memory.get("maxmemory_policy", "noeviction"))
-        return policy, persistence, int(stats.get("evicted_keys", 0)), epoch
+            if full:
+                pipe.info("memory")
+            stats, epoch, *memory = pipe.execute()
+        policy = str(memory[0].get("maxmemory_policy", "noeviction")) if memory else None
+        return policy, int(stats.get("evicted_keys", 0)), epoch
 
-    def _persistent(self, persistence: dict[str, object]) -> bool | None:
-        if str(persistence.get("aof_enabled", "0")) == "1":
-            return True
+    def _persistent(self) -> bool | None:
+        """Whether the server persists its data (``None``: it does not say)."""
         import redis
 
+        if str(self._redis.info("persistence").get("aof_enabled", "0")) == "1":
+            return True
         try:
             save = self._redis.config_get("save").get("save", "")
         except redis.ResponseError:  # CONFIG is often disabled on managed Redis: cannot tell
