@@ -100,3 +100,11 @@ class PrivateNats(PrivateServer):
     @property
     def monitor_url(self) -> str:
         return f"http://127.0.0.1:{self.monitor_port}"
+
+
+class EphemeralRedis(PrivateRedis):
+    """redis-server without persistence: a restart comes back empty (Debian's default setup)."""
+
+    def command(self) -> list[str]:
+        durable = super().command()
+        return [*durable[: durable.index("--save")], "--save", "", "--appendonly", "no"]

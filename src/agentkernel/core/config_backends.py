@@ -202,6 +202,12 @@ class RedisStoreConfig(Block):
 
     url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL.")
     prefix: str = Field("ak:", description="Prefix of every key written.")
+    allow_eviction: bool = Field(
+        False,
+        description="Start even though the server's maxmemory-policy may evict keys (anything "
+        "but noeviction). Off, such a server is refused at start-up: an evicted session or "
+        "ticket could not be told from a new one. On, it is a warning in the log and in /ready.",
+    )
 
 
 class DynamoDBStoreConfig(Block):

@@ -7,6 +7,8 @@
      |    +-- MessageRejectedError      the message breaks a broker limit (size, attributes)
      +-- StoreError               a response or session store failed
      |    +-- StoreUnavailableError     a store could not be reached; retry later
+     |    |    +-- StoreFullError       the store refuses writes (Redis at maxmemory); retry later
+     |    +-- StoreDataLostError        the store lost data this process relied on; not retried
      |    +-- ResponseStoreError        the response store failed
      |    +-- SessionStoreError         the session store failed
      |         +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
@@ -47,6 +49,17 @@ class StoreError(AgentKernelError):
 
 class StoreUnavailableError(StoreError):
     """A store could not be reached or did not answer in time; worth retrying."""
+
+
+class StoreFullError(StoreUnavailableError):
+    """The store is up but refuses writes (Redis at ``maxmemory`` with ``noeviction``); worth
+    retrying once an operator makes room."""
+
+
+class StoreDataLostError(StoreError):
+    """The store no longer holds data it held before (emptied, restarted without persistence,
+    or evicting keys), so a missing record cannot be told from a lost one. Not worth retrying:
+    an operator restores the data, or restarts the processes to accept the loss."""
 
 
 class ResponseStoreError(StoreError):

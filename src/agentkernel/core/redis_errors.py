@@ -1,7 +1,9 @@
 """The one classification of redis-py exceptions, for every backend that talks to Redis.
 
 A lost or refused connection, or a timeout, means Redis cannot serve the call right now: worth
-retrying. Any other redis-py error is a failure of the call itself. Each backend says which of
+retrying, and so does a Redis that refuses writes because it is full (``OOM``: ``maxmemory``
+with ``noeviction``; the stores raise :class:`~agentkernel.core.errors.StoreFullError` for it).
+Any other redis-py error is a failure of the call itself. Each backend says which of
 its own error classes those two outcomes become (a response store raises
 :class:`~agentkernel.core.errors.StoreUnavailableError` / ``ResponseStoreError``, a session store
 ``SessionStoreUnavailableError`` / ``SessionStoreError``, the Kafka bookkeeping
@@ -54,6 +56,7 @@ def redis_errors(
     unavailable: type[AgentKernelError],
     failed: type[AgentKernelError],
     unreadable: bool = False,
+    full: type[AgentKernelError] | None = None,
 ) -> Iterator[None]:
     """Turn redis-py exceptions raised in the block into ``unavailable`` or ``failed``.
 
@@ -61,6 +64,7 @@ def redis_errors(
         operation: what the block does, for the message ("read of r1").
         unavailable: raised when Redis cannot be reached or did not answer in time.
         failed: raised for any other redis-py error.
+        full: raised when Redis refuses a write because it is full; default ``unavailable``.
         unreadable: also turn a record that does not decode (``ValueError``, ``KeyError``,
             ``TypeError``) into ``failed``.
     """
@@ -70,6 +74,11 @@ def redis_errors(
         yield
     except (redis.ConnectionError, redis.TimeoutError) as exc:
         raise unavailable(f"Redis {operation} failed: {exc}") from exc
+    except redis.exceptions.OutOfMemoryError as exc:
+        raise (full or unavailable)(
+            f"Redis {operation} refused: the server is full (maxmemory reached) and evicts "
+            f"nothing; make room or raise maxmemory: {exc}"
+        ) from exc
     except redis.RedisError as exc:
         raise failed(f"Redis {operation} failed: {exc}") from exc
     except (ValueError, KeyError, TypeError) as exc:

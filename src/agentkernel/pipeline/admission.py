@@ -5,15 +5,17 @@ lets a retry under the same ``Idempotency-Key`` with a different body be refused
 ``IDEMPOTENCY_KEY_REUSED``, as payment APIs do) instead of answered with the first body's reply,
 and lets a read of a reply that is not there yet say ``PENDING`` rather than ``NOT_FOUND``.
 
-A ticket is a convenience, not a condition: when the store cannot keep one, the turn still goes
-ahead (the store's outage shows up where the reply is read) and the failure is logged.
+A ticket is a convenience, not a condition: when the store cannot reach its server, the turn
+still goes ahead (the outage shows up where the reply is read) and the failure is logged. A
+store that is reachable but full, or that lost its data (the ticket of a retry may be among what
+it lost), refuses the turn instead: its reply could never be kept, or would answer from nothing.
 """
 
 from __future__ import annotations
 
 import logging
 
-from agentkernel.core.errors import StoreError
+from agentkernel.core.errors import StoreDataLostError, StoreError, StoreFullError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.chat import ChatRequest, HTTPError, fingerprint
 from agentkernel.pipeline.response_store.base import ResponseStore, TurnTicket
@@ -33,10 +35,14 @@ def admit(store: ResponseStore, chat: ChatRequest, request_id: str, owner: str |
     Raises:
         HTTPError: 422 ``IDEMPOTENCY_KEY_REUSED`` when ``request_id`` was accepted before for
             different content (another prompt, agent or session).
+        StoreFullError: the store refuses writes.
+        StoreDataLostError: the store lost its data.
     """
     ticket = TurnTicket(request_id, chat.session_id, fingerprint(chat), owner)
     try:
         kept = store.accept(ticket)
+    except (StoreFullError, StoreDataLostError):
+        raise
     except StoreError as exc:
         _log.log(
             logging.WARNING,

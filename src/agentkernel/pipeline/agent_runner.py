@@ -20,7 +20,9 @@ Outcomes of a turn:
 - a reply the broker can never carry: 500 ``REPLY_TOO_LARGE``, state left as it was;
 - the agent raised :class:`RetryableError`, or the commit or the reply failed: the message is
   delivered again, and after ``max_receive_count`` deliveries the caller gets 500
-  ``TURN_FAILED``.
+  ``TURN_FAILED``;
+- the session store lost its data (:class:`StoreDataLostError`): reply 503 ``STORE_DATA_LOST``,
+  nothing run or committed, rather than a turn run on an empty session.
 """
 
 from __future__ import annotations
@@ -43,7 +45,9 @@ from agentkernel.core.errors import (
     AgentNotFoundError,
     MessageRejectedError,
     StaleSessionError,
+    StoreDataLostError,
 )
+from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.isolation import LastAttempt
@@ -73,6 +77,7 @@ from agentkernel.pipeline.session_store import (
     TurnOutcome,
     create_session_store,
 )
+from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 
 logger = logging.getLogger(__name__)
@@ -109,6 +114,7 @@ class AgentRunner(QueueConsumer):
             self.runner.isolate_last_attempt, self.queues.input.max_receive_count
         )
         self._last_errors = _LastErrors()
+        self._log = RateLimitedLog(logger)
 
     # -- entry points ----------------------------------------------------------------------
 
@@ -170,6 +176,8 @@ class AgentRunner(QueueConsumer):
             return
         try:
             await self._run_turn(message, body, request_id)
+        except StoreDataLostError as exc:
+            await self._refuse(message, body.session_id, request_id, exc)
         except Exception as exc:
             self._last_errors.remember(request_id, exc)
             raise
@@ -221,7 +229,11 @@ class AgentRunner(QueueConsumer):
             logger.error("abandoning message %s: no request_id to answer", message.message_id)
             return
         session_id = session_of(message)
-        record = await self._read(session_id)
+        try:
+            record = await self._read(session_id)
+        except StoreDataLostError as exc:
+            await self._refuse(message, session_id, request_id, exc)
+            return
         if record.has_applied(request_id, message.position):  # it did finish; only its ack was lost
             await self._replay(message, session_id, record, request_id)
             return
@@ -345,6 +357,15 @@ class AgentRunner(QueueConsumer):
         commit, position = self.sessions.commit, message.position
         await call(self.sessions.nonblocking, commit, session_id, record, outcome, state, position)
         await self._send(message, session_id, outcome)
+
+    async def _refuse(
+        self, message: QueueMessage, session_id: str, request_id: str, exc: StoreDataLostError
+    ) -> None:
+        """The store lost data the turn needs: answer so, without running or committing it."""
+        key = "data-lost"
+        self._log.log(logging.ERROR, key, "turn %s refused: %s", request_id, exc)
+        doc = error_doc("STORE_DATA_LOST", DATA_LOST, session_id, request_id)
+        await self._reply(message, 503, doc)
 
     async def _reply(self, message: QueueMessage, status: int, doc: dict[str, Any]) -> None:
         """Send a reply that commits nothing (the agent did not run)."""

@@ -26,7 +26,7 @@ from typing import Any
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig
-from agentkernel.core.errors import MessageRejectedError, StoreError, StoreUnavailableError
+from agentkernel.core.errors import MessageRejectedError, StoreError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.admission import admit, missing_reply
 from agentkernel.pipeline.answers import Answer, ChatCall, StreamAnswer, TurnAddress
@@ -47,7 +47,9 @@ from agentkernel.pipeline.frames import read_frames
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.quota_front import IdentityQuota
+from agentkernel.pipeline.readiness import CheckedStore, readiness
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.transport.base import QueueTransport
 
 __all__ = [
@@ -61,9 +63,6 @@ __all__ = [
 ]
 
 logger = logging.getLogger(__name__)
-
-#: Longest wait for a readiness check of the broker or the store, in seconds.
-READY_CHECK_SECONDS = 5.0
 
 
 class ChatFront:
@@ -92,6 +91,8 @@ class ChatFront:
         self._waiters_lock = threading.Lock()
         self._released = False
         self.quota = IdentityQuota(store, self.config.api.limits)
+        #: What ``GET /ready`` checks beside the broker (an embedded runner adds its sessions).
+        self.stores: dict[str, CheckedStore] = {"response_store": store}
 
     # -- shutdown -------------------------------------------------------------------------------
 
@@ -250,29 +251,22 @@ class ChatFront:
         return Answer(200, {"agents": agents})
 
     async def ready(self) -> Answer:
-        """Readiness: the broker and the response store answer."""
-        checks = {"queue": self.transport.ping, "response_store": self.store.ping}
-        results: dict[str, str] = {}
-        for name, check in checks.items():
-            try:
-                await asyncio.wait_for(asyncio.to_thread(check), READY_CHECK_SECONDS)
-                results[name] = "ok"
-            except Exception as exc:
-                results[name] = f"unavailable: {type(exc).__name__}"
-        if all(v == "ok" for v in results.values()):
-            return Answer(200, {"status": "ready", **results})
-        down = ", ".join(name for name, v in results.items() if v != "ok")
-        doc = {"error": "NOT_READY", "message": f"not answering: {down}", "status": "not_ready"}
-        return Answer(503, doc | results)
+        """Readiness: the broker and the stores answer, take writes and still hold their data."""
+        checks = {"queue": self.transport.ping} | {n: s.ping for n, s in self.stores.items()}
+        warnings = [f"{n}: {w}" for n, s in self.stores.items() for w in s.warnings()]
+        return await readiness(checks, warnings)
 
     # -- the steps of a turn ------------------------------------------------------------------
 
     async def _admit(self, chat: ChatRequest, turn: TurnAddress, owner: str | None) -> None:
         """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
-        await call(
-            self.store.nonblocking, self.quota.admit, owner, turn.request_id, chat.session_id
-        )
-        await call(self.store.nonblocking, admit, self.store, chat, turn.request_id, owner)
+        try:
+            await call(
+                self.store.nonblocking, self.quota.admit, owner, turn.request_id, chat.session_id
+            )
+            await call(self.store.nonblocking, admit, self.store, chat, turn.request_id, owner)
+        except StoreError as exc:  # full, or lost its data: the turn could not be answered
+            raise self._store_error(turn, exc) from exc
 
     async def _read(self, turn: TurnAddress) -> ResponseRecord | None:
         """The stored reply of ``turn``; a store failure becomes an answer saying where to poll."""
@@ -326,10 +320,7 @@ class ChatFront:
             turn.request_id,
             exc,
         )
-        if isinstance(exc, StoreUnavailableError):
-            message = "the reply store is unreachable; retry or poll the Location later"
-            return turn.error(503, "STORE_UNAVAILABLE", message)
-        return turn.error(500, "STORE_ERROR", "the reply store failed; poll the Location later")
+        return store_error(turn, exc)
 
     def _request_id(self, session_id: str, key: str | None, owner: str | None) -> tuple[str, bool]:
         """A fresh id, or one derived from ``Idempotency-Key`` (same key, same turn)."""

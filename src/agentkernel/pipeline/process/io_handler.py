@@ -137,6 +137,7 @@ class IOHandler:
 
     def _runner_loop(self) -> ConsumerLoop | InLoopConsumer:
         runner = AgentRunner(self.config, self.registry, transport=self.transport)
+        self.api.stores["session_store"] = runner.sessions  # /ready checks it too
         if not self._local_queue:
             return runner.consumer_loop()  # a broker keeps the queued turns: stop at shutdown
         settings = self.config.execution.runner

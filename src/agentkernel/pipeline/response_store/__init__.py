@@ -27,7 +27,10 @@ def create_response_store(config: ResponseStoreConfig) -> ResponseStore:
             raise AKConfigError(_missing("redis"))
         with require_extra("redis", "execution.response_store.type: redis"):
             from agentkernel.pipeline.response_store.redis import RedisResponseStore
-        return RedisResponseStore(config.redis.url, prefix=config.redis.prefix, ttl=config.ttl)
+        redis = config.redis
+        return RedisResponseStore(
+            redis.url, redis.prefix, config.ttl, allow_eviction=redis.allow_eviction
+        )
     if kind == "dynamodb":
         if config.dynamodb is None or not config.dynamodb.table_name:
             raise AKConfigError(

@@ -208,7 +208,12 @@ class ResponseStore(ABC):
         return InMemoryQuotaLedger(self.ttl)
 
     def ping(self) -> None:  # noqa: B027 - optional hook
-        """Raise ``ResponseStoreError`` when the backend is unreachable."""
+        """Raise a ``StoreError`` when the backend is unreachable, refuses writes or lost its
+        data."""
+
+    def warnings(self) -> list[str]:
+        """What an operator should know about the backend (shown by ``GET /ready``)."""
+        return []
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release connections."""

@@ -7,7 +7,10 @@ polling and without a connection per waiting request.
 
 Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending one publishes
 on the same channel, so a streaming client connected to any IO process sees it at once. The
-ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``.
+ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``. A ticket is kept
+only while the store's epoch is intact (:mod:`agentkernel.core.redis_guard`): after Redis lost
+its data a missing ticket may be a lost one (a retry of a turn answered before), so accepting or
+reading it raises :class:`StoreDataLostError` instead.
 
 Every redis-py exception is mapped by :mod:`agentkernel.core.redis_errors`: connection trouble
 becomes :class:`StoreUnavailableError` (worth retrying), anything else :class:`ResponseStoreError`.
@@ -26,8 +29,14 @@ from typing import Any
 
 import redis
 
-from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
+from agentkernel.core.errors import (
+    ResponseStoreError,
+    StoreDataLostError,
+    StoreFullError,
+    StoreUnavailableError,
+)
 from agentkernel.core.redis_errors import connect, redis_errors
+from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
@@ -35,7 +44,11 @@ from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for
 logger = logging.getLogger(__name__)
 
 _errors = functools.partial(
-    redis_errors, unavailable=StoreUnavailableError, failed=ResponseStoreError, unreadable=True
+    redis_errors,
+    unavailable=StoreUnavailableError,
+    failed=ResponseStoreError,
+    full=StoreFullError,
+    unreadable=True,
 )
 
 #: Longest time a waiter relies on pub/sub alone before it reads its key again, in seconds.
@@ -52,10 +65,12 @@ redis.call('PUBLISH', KEYS[2], '1')
 return 1
 """
 
-# Keeps ticket ARGV[1] unless one is kept already; returns the kept one (first wins).
+# Keeps ticket ARGV[1] unless one is kept already; returns the kept one (first wins). A missing
+# ticket while the epoch KEYS[2] is not ARGV[3] (or misses are refused: ARGV[4]) returns 0.
 _ACCEPT = """
 local kept = redis.call('GET', KEYS[1])
 if kept then return kept end
+if ARGV[4] == '1' or redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
 return false
 """
@@ -68,15 +83,23 @@ class RedisResponseStore(ResponseStore):
         url: Redis URL.
         prefix: prefix of every key and channel.
         ttl: seconds a record stays readable.
+        allow_eviction: run on a server whose eviction policy may drop tickets and replies.
+
+    Raises:
+        AKConfigError: the URL is malformed, or the server may evict and ``allow_eviction``
+            is off.
     """
 
     shared = True
     keeps_tickets = True
     pushes = True
 
-    def __init__(self, url: str, prefix: str = "ak:", ttl: float = 3600.0) -> None:
+    def __init__(
+        self, url: str, prefix: str = "ak:", ttl: float = 3600.0, *, allow_eviction: bool = False
+    ) -> None:
         super().__init__(ttl)
-        self._redis = connect(url, "execution.response_store.redis.url")
+        key = "execution.response_store.redis"
+        self._redis = connect(url, f"{key}.url")
         self._prefix = prefix
         self._waiters = WaiterRegistry()
         self._listener: threading.Thread | None = None
@@ -84,6 +107,8 @@ class RedisResponseStore(ResponseStore):
         self._lock = threading.Lock()
         self._append = self._redis.register_script(_APPEND_CHUNK)
         self._accept = self._redis.register_script(_ACCEPT)
+        self._guard = RedisGuard(self._redis, prefix, key, allow_eviction=allow_eviction)
+        start_guard(self._guard, key)
 
     def _key(self, request_id: str) -> str:
         return f"{self._prefix}resp:{request_id}"
@@ -104,17 +129,30 @@ class RedisResponseStore(ResponseStore):
     def get(self, request_id: str) -> ResponseRecord | None:
         with _errors(f"read of {request_id}"):
             raw = self._redis.get(self._key(request_id))
+            if raw is None and self._guard.refuses_misses():  # the reply may have been evicted
+                raise StoreDataLostError(f"no reply of {request_id}: keys were evicted")
             return None if raw is None else ResponseRecord.from_json(raw)
 
     def accept(self, ticket: TurnTicket) -> TurnTicket | None:
-        keys = [self._ticket_key(ticket.request_id)]
+        guard = self._guard
+        keys = [self._ticket_key(ticket.request_id), f"{self._prefix}epoch"]
         with _errors(f"write of the ticket of {ticket.request_id}"):
-            kept = self._accept(keys=keys, args=[ticket.to_json(), int(self.ttl * 1000)])
+            guard.ensure()
+            refused = "1" if guard.refuses_misses() else "0"
+            args: list[str | int] = [ticket.to_json(), int(self.ttl * 1000), guard.epoch or ""]
+            args.append(refused)
+            kept = self._accept(keys=keys, args=args)
+            if kept == 0:
+                guard.check_miss(f"the ticket of {ticket.request_id}")  # raises, and logs
+                raise StoreDataLostError(f"no ticket of {ticket.request_id}: {guard.lost}")
             return None if kept is None else TurnTicket.from_json(kept)
 
     def ticket(self, request_id: str) -> TurnTicket | None:
         with _errors(f"read of the ticket of {request_id}"):
+            self._guard.ensure()
             raw = self._redis.get(self._ticket_key(request_id))
+            if raw is None:
+                self._guard.check_miss(f"the ticket of {request_id}")
             return None if raw is None else TurnTicket.from_json(raw)
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
@@ -190,7 +228,10 @@ class RedisResponseStore(ResponseStore):
 
     def ping(self) -> None:
         with _errors("ping"):
-            self._redis.ping()
+            self._guard.probe()
+
+    def warnings(self) -> list[str]:
+        return list(self._guard.warnings)
 
     def close(self) -> None:
         with _errors("close"), self._lock:

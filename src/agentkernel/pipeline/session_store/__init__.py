@@ -25,7 +25,10 @@ def create_session_store(config: SessionConfig) -> SessionStore:
             raise AKConfigError("session.redis: block is required when session.type is 'redis'")
         with require_extra("redis", "session.type: redis"):
             from agentkernel.pipeline.session_store.redis import RedisSessionStore
-        return RedisSessionStore(config.redis.url, prefix=config.redis.prefix, ttl=config.ttl)
+        redis = config.redis
+        return RedisSessionStore(
+            redis.url, redis.prefix, config.ttl, allow_eviction=redis.allow_eviction
+        )
     if config.type == "dynamodb":
         if config.dynamodb is None or not config.dynamodb.table_name:
             raise AKConfigError(

@@ -223,4 +223,8 @@ class SessionStore(ABC):
         raise StaleSessionError(f"session {session_id} kept changing while it was saved")
 
     def ping(self) -> None:  # noqa: B027 - optional hook
-        """Raise when the backend is unreachable."""
+        """Raise when the backend is unreachable, refuses writes or lost its data."""
+
+    def warnings(self) -> list[str]:
+        """What an operator should know about the backend (shown by ``GET /ready``)."""
+        return []
