@@ -205,6 +205,13 @@ class AuthConfig(_Block):
         description="Dotted path to an agentkernel.auth.AuthValidator subclass (built without "
         "arguments) that checks bearer tokens instead of the JWT settings.",
     )
+    aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="Identities to treat as another one on purpose, e.g. "
+        "{'jwt:https%3A//idp.example/:alice': 'key:alice'}: a caller authenticated as a key "
+        "is served as its value (its sessions, its replies). Identities are '<scheme>:<user>' "
+        "or '<scheme>:<issuer>:<user>' (see docs/authentication.md).",
+    )
 
 
 class ApiConfig(_Block):
