@@ -27,6 +27,7 @@ from agentkernel.core.errors import ResponseStoreError
 from agentkernel.pipeline.chat import system_response
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
+    ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
     ATTR_STREAM,
@@ -74,6 +75,22 @@ class Pusher:
             raise ResponseStoreError(f"PostToConnection {connection_id}: {exc}") from exc
         except BotoCoreError as exc:
             raise ResponseStoreError(f"PostToConnection {connection_id}: {exc}") from exc
+
+    def close(self, endpoint: str, connection_id: str) -> None:
+        """Close a connection (``DeleteConnection``); one already gone is fine.
+
+        Raises:
+            ResponseStoreError: the management API failed otherwise.
+        """
+        try:
+            self._client(endpoint).delete_connection(ConnectionId=connection_id)
+        except ClientError as exc:
+            error = exc.response.get("Error", {})
+            if error.get("Code") == "GoneException" or _status(exc) == 410:
+                return
+            raise ResponseStoreError(f"DeleteConnection {connection_id}: {exc}") from exc
+        except BotoCoreError as exc:
+            raise ResponseStoreError(f"DeleteConnection {connection_id}: {exc}") from exc
 
     def _client(self, endpoint: str) -> Any:
         url = os.environ.get(ENDPOINT_ENV) or endpoint
@@ -144,28 +161,34 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         if connection is not None:
             self._push(message, connection, self._frame(message))
 
+    @staticmethod
+    def _shown_id(message: QueueMessage) -> str | None:
+        """The id the client gave its turn (echoed in frames), else the turn's request id."""
+        attributes = message.attributes
+        return attributes.get(ATTR_CLIENT_REQUEST_ID) or attributes.get("request_id")
+
     def on_permanent_failure(self, message: QueueMessage) -> None:
         if self.store is not None:
             StoreWriter.on_permanent_failure(self, message)
         connection = message.attributes.get(ATTR_CONNECTION_ID)
         if connection is not None and ATTR_CHUNK_INDEX not in message.attributes:
-            request_id = message.attributes.get("request_id")
             frame = system_response(
-                "DELIVERY_FAILED", "the reply could not be delivered", request_id
+                "DELIVERY_FAILED", "the reply could not be delivered", self._shown_id(message)
             )
             self._push(message, connection, frame)
 
-    @staticmethod
-    def _frame(message: QueueMessage) -> dict[str, Any]:
+    @classmethod
+    def _frame(cls, message: QueueMessage) -> dict[str, Any]:
+        shown = {"request_id": cls._shown_id(message)}
         if ATTR_CHUNK_INDEX in message.attributes:
             frame: dict[str, Any] = json.loads(message.body)
-            return frame
+            return frame | shown
         record = record_of(message)
         if ATTR_STREAM in message.attributes:
-            return done_frame(record)
+            return done_frame(record) | shown
         frame = {
             "type": "CHAT_RESPONSE",
-            "request_id": record.request_id,
+            "request_id": shown["request_id"],
             "session_id": record.session_id,
             "status_code": record.status_code,
         }

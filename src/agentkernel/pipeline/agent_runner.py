@@ -67,6 +67,7 @@ from agentkernel.pipeline.replies import (
     reply_attributes,
     session_of,
 )
+from agentkernel.pipeline.scoping import session_key
 from agentkernel.pipeline.session_store import (
     SessionRecord,
     SessionStore,
@@ -179,7 +180,8 @@ class AgentRunner(QueueConsumer):
                 message, 404, error_doc("AGENT_NOT_FOUND", str(exc), session_id, request_id)
             )
             return
-        record = await self._read(session_id)
+        key = _key(message, session_id)
+        record = await self._read(key)
         user = message.attributes.get(ATTR_USER_ID)
         if record.owner is not None and user != record.owner:
             # Another identity's session: answered as if it did not exist (no existence leak).
@@ -192,14 +194,13 @@ class AgentRunner(QueueConsumer):
         if record.owner is None and user is not None:
             record = dataclasses.replace(record, owner=user)  # the first turn claims the session
         if self.last_attempt.runs_alone(message):
-            record = await self.last_attempt.start_trial(
-                self.sessions, session_id, record, request_id
-            )
+            record = await self.last_attempt.start_trial(self.sessions, key, record, request_id)
         turn = Turn(
             prompt=body.prompt,
             session_id=session_id,
             request_id=request_id,
             agent=agent.name,
+            session_key=key,
             state=copy.deepcopy(record.state),  # the record keeps the state before the turn
             extra=body.model_extra or {},
             attempt=message.receive_count,
@@ -217,7 +218,7 @@ class AgentRunner(QueueConsumer):
             logger.error("abandoning message %s: no request_id to answer", message.message_id)
             return
         session_id = session_of(message)
-        record = await self._read(session_id)
+        record = await self._read(_key(message, session_id))
         if record.is_committed(request_id):  # it did finish; only its acknowledgement was lost
             await self._replay(message, session_id, record, request_id)
             return
@@ -235,7 +236,7 @@ class AgentRunner(QueueConsumer):
                 return
             except Exception as exc:  # answered below, as this may be the last delivery
                 self._last_errors.remember(request_id, exc)
-                record = await self._read(session_id)
+                record = await self._read(_key(message, session_id))
         attempts = message.receive_count - 1
         logger.error(
             "turn %s of session %s failed on %s attempts and is abandoned; last error: %s",
@@ -252,8 +253,8 @@ class AgentRunner(QueueConsumer):
 
     # -- committing and replying ---------------------------------------------------------------
 
-    async def _read(self, session_id: str) -> SessionRecord:
-        return await call(self.sessions.nonblocking, self.sessions.read, session_id)
+    async def _read(self, key: str) -> SessionRecord:
+        return await call(self.sessions.nonblocking, self.sessions.read, key)
 
     async def _commit_and_reply(
         self,
@@ -268,11 +269,11 @@ class AgentRunner(QueueConsumer):
         Losing the commit to another attempt of the same turn re-sends that attempt's reply;
         losing it to a different turn raises, so the turn runs again on the newer state.
         """
-        commit = self.sessions.commit
+        commit, key = self.sessions.commit, _key(message, session_id)
         try:
-            await call(self.sessions.nonblocking, commit, session_id, base, outcome, state)
+            await call(self.sessions.nonblocking, commit, key, base, outcome, state)
         except StaleSessionError:
-            fresh = await self._read(session_id)
+            fresh = await self._read(key)
             if not fresh.is_committed(outcome.request_id):
                 raise
             logger.warning(
@@ -329,8 +330,8 @@ class AgentRunner(QueueConsumer):
         doc = error_doc("REPLY_TOO_LARGE", str(exc), session_id, request_id)
         outcome = TurnOutcome(request_id, 500, json.dumps(doc))
         state = None if before is None else before.state
-        commit = self.sessions.commit
-        await call(self.sessions.nonblocking, commit, session_id, record, outcome, state)
+        commit, key = self.sessions.commit, _key(message, session_id)
+        await call(self.sessions.nonblocking, commit, key, record, outcome, state)
         await self._send(message, session_id, outcome)
 
     async def _reply(self, message: QueueMessage, status: int, doc: dict[str, Any]) -> None:
@@ -356,6 +357,11 @@ class AgentRunner(QueueConsumer):
             dedup_id=f"{request_id}:reply",
         )
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
+
+
+def _key(message: QueueMessage, session_id: str) -> str:
+    """The session store key of the turn's session: scoped by the identity that sent it."""
+    return session_key(session_id, message.attributes.get(ATTR_USER_ID))
 
 
 class _LastErrors:
