@@ -333,3 +333,30 @@ def test_a_jwt_subject_is_not_the_api_key_user_of_the_same_name() -> None:
             assert json.loads(by_token.json()["result"]) == expected
         finally:
             server.close()
+
+
+@pytest.mark.parametrize("store", ["memory", "redis"])
+def test_another_identity_gets_no_byte_of_a_stream(store: str, redis_url: str) -> None:
+    """Item 1: a stream resume (live, or with Last-Event-ID after the end) answers another
+    identity 404 JSON before any byte of the stream."""
+    server = uvicorn_server(store, redis_url)
+    try:
+        with server.client.stream(
+            "POST",
+            "/api/v1/chat",
+            json={"session_id": "st", "prompt": "hidden words"},
+            headers={"X-API-Key": KEYS["alice"], "Accept": "text/event-stream"},
+        ) as streamed:
+            request_id = streamed.headers["x-request-id"]
+            text = "".join(streamed.iter_text())
+        assert '"done": true' in text
+        path = f"/api/v1/chat/st/stream?request_id={request_id}"
+        for headers in ({}, {"Last-Event-ID": "0"}):
+            theirs = server.client.get(path, headers={"X-API-Key": KEYS["bob"]} | headers)
+            assert theirs.status_code == 404, theirs.text
+            assert theirs.json()["error"] == "NOT_FOUND"
+            assert "hidden" not in theirs.text
+            mine = server.client.get(path, headers={"X-API-Key": KEYS["alice"]} | headers)
+            assert mine.status_code == 200 and '"done": true' in mine.text
+    finally:
+        server.close()
