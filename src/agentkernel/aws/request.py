@@ -169,7 +169,7 @@ class Lambda:
                 attributes[ATTR_STREAM] = "1"
             if client_id is not None:
                 attributes[ATTR_CLIENT_REQUEST_ID] = client_id
-            request_id = cls._run(front.socket_request_id(chat.session_id, client_id, identity))
+            request_id = cls._run(front.socket_request_id(client_id, identity))
             enqueue = front.enqueue(
                 chat,
                 request_id,

@@ -237,13 +237,12 @@ class ChatFront:
             return Answer(404, doc)
         return StreamAnswer(request_id, session_id, after, identity)
 
-    async def socket_request_id(
-        self, session_id: str, client_id: str | None, identity: str | None
-    ) -> str:
-        """The request id of a WebSocket turn the client named ``client_id``, derived like one
-        from an ``Idempotency-Key``: one identity's ids never collide with another's.
-        Raises ``HTTPError`` 503 when the deployment's secret cannot be read."""
-        request_id, _ = await self.ids.request_id(session_id, client_id, identity)
+    async def socket_request_id(self, client_id: str | None, identity: str | None) -> str:
+        """The request id of a WebSocket turn the client named ``client_id``: derived from the
+        identity and ``client_id`` only (one id per identity, whatever the session; no chat
+        session id is empty, so it never equals an HTTP key's id), so one identity's ids never
+        collide with another's. Raises ``HTTPError`` 503 without the deployment's secret."""
+        request_id, _ = await self.ids.request_id("", client_id, identity)
         return request_id
 
     def frames(self, stream: StreamAnswer) -> AsyncIterator[dict[str, Any] | None]:

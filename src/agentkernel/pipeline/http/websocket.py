@@ -101,7 +101,7 @@ class ChatSocket:
                     client_id,
                 )
             front, identity = self.handler, self.identity
-            request_id = await front.socket_request_id(chat.session_id, client_id, identity)
+            request_id = await front.socket_request_id(client_id, identity)
             await front.enqueue(chat, request_id, identity=identity)
         except FrameError as exc:
             await self.send(system_response(exc.code, str(exc), exc.request_id or client_id))
