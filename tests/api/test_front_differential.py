@@ -20,11 +20,10 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.aws.request import Lambda
-from pydantic import SecretStr
-
 from agentkernel.core.config import AKConfig, AuthConfig
 from agentkernel.pipeline.chat import request_id_for
 from agentkernel.pipeline.request_handler import RequestHandler

@@ -17,6 +17,7 @@ from typing import Any
 import httpx
 import pytest
 import websockets.sync.client as ws_client
+from websockets.exceptions import ConnectionClosed
 
 from agentkernel import Agent, AgentRegistry, Module
 from agentkernel.aws import Lambda, ResponseHandler, ServerlessAgentRunner
@@ -267,7 +268,7 @@ def test_a_socket_closes_when_its_credential_expires(redis_url: str) -> None:
             assert json.loads(ws.recv(timeout=10))["type"] == "CHAT_RESPONSE"
             closing = json.loads(ws.recv(timeout=10))  # pushed at expiry, unasked
             assert (closing["type"], closing["error"]) == ("SYSTEM_RESPONSE", "CREDENTIAL_EXPIRED")
-            with pytest.raises(Exception):
+            with pytest.raises(ConnectionClosed):
                 ws.send(json.dumps({"session_id": "exp", "prompt": "too late"}))
                 ws.recv(timeout=5)
             assert ws.close_code == 4401
