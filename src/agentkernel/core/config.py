@@ -262,7 +262,8 @@ class ApiConfig(_Block):
     idempotency_secret: SecretStr | None = Field(
         None,
         description="Secret mixed into request ids derived from an Idempotency-Key, so nobody "
-        "can compute another client's request id; give every IO process the same one.",
+        "can compute another client's request id; give every IO process the same one. Unset: "
+        "a random secret the response store keeps for the deployment.",
     )
 
 
