@@ -11,15 +11,23 @@ serverless WebSocket connection handler (``WebsocketConnectionHandler.set_auth_v
             if user is None:
                 return ValidationResult(False, error_msg="unknown token")
             return ValidationResult(True, claims={"sub": user})
+
+An identity names its scheme (and issuer), so two schemes never share a namespace: API key user
+``alice`` is ``key:alice``, a JWT with ``sub`` ``alice`` from ``https://idp/`` is
+``jwt:https%3A//idp/:alice``, a custom validator's ``alice`` is ``token:alice``
+(:func:`qualified_identity`). ``api.auth.aliases`` maps one identity onto another on purpose.
 """
 
 from __future__ import annotations
 
 import hmac
+import math
 from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, ClassVar
+from urllib.parse import quote
 
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
@@ -27,7 +35,30 @@ from agentkernel.core.extras import require_extra
 if TYPE_CHECKING:
     from agentkernel.core.config import JwtConfig
 
-__all__ = ["ApiKeyValidator", "AuthValidator", "JwtValidator", "ValidationResult"]
+__all__ = [
+    "ApiKeyValidator",
+    "AuthValidator",
+    "JwtValidator",
+    "ValidationResult",
+    "alias",
+    "qualified_identity",
+]
+
+# Kept as they are in an identity; ':' and '%' are always escaped, so parts never run together.
+_SAFE = "/@.-_~"
+
+
+def alias(aliases: Mapping[str, str], identity: str | None) -> str | None:
+    """``identity`` as ``api.auth.aliases`` maps it (every front applies this one rule)."""
+    return None if identity is None else aliases.get(identity, identity)
+
+
+def qualified_identity(scheme: str, user: str, issuer: str | None = None) -> str:
+    """The identity of ``user`` as ``scheme`` (and ``issuer``, when the credential names one)
+    authenticated it: ``<scheme>:<user>`` or ``<scheme>:<issuer>:<user>``, with ``:`` and ``%``
+    escaped in the parts, so different schemes or issuers never give the same identity."""
+    parts = [quote(issuer, safe=_SAFE)] if issuer else []
+    return ":".join([scheme, *parts, quote(user, safe=_SAFE)])
 
 
 @dataclass(frozen=True)
@@ -50,9 +81,32 @@ class ValidationResult:
         sub = (self.claims or {}).get("sub")
         return None if sub is None else str(sub)
 
+    @property
+    def expires_at(self) -> float | None:
+        """When the credential stops being valid (Unix seconds, the ``exp`` claim), if it says."""
+        exp = (self.claims or {}).get("exp")
+        if isinstance(exp, bool) or not isinstance(exp, (int, float)) or not math.isfinite(exp):
+            return None
+        return float(exp)
+
+    def identity(self, scheme: str) -> str | None:
+        """The caller's identity under ``scheme`` (see :func:`qualified_identity`): the user id,
+        qualified by the ``iss`` claim when there is one."""
+        user = self.user_id
+        if user is None:
+            return None
+        issuer = (self.claims or {}).get("iss")
+        return qualified_identity(scheme, user, str(issuer) if issuer else None)
+
 
 class AuthValidator(ABC):
-    """Decides whether a token is valid. Called once per connection or request."""
+    """Decides whether a token is valid. Called once per connection or request.
+
+    ``scheme`` names the namespace of the identities it vouches for (``token`` unless a subclass
+    says otherwise): a subclass that sets ``scheme = "jwt"`` shares the JWT namespace on purpose.
+    """
+
+    scheme: ClassVar[str] = "token"
 
     @abstractmethod
     def validate(self, token: str) -> ValidationResult:
@@ -65,6 +119,8 @@ class ApiKeyValidator(AuthValidator):
     Args:
         keys: user id -> key.
     """
+
+    scheme: ClassVar[str] = "key"
 
     def __init__(self, keys: dict[str, str]) -> None:
         self._keys = [(user, key.encode()) for user, key in keys.items()]
@@ -90,6 +146,8 @@ class JwtValidator(AuthValidator):
         AKConfigError: no key to check signatures with, or an unreadable key file.
         ImportError: the ``auth`` extra (PyJWT) is not installed.
     """
+
+    scheme: ClassVar[str] = "jwt"
 
     def __init__(self, config: JwtConfig) -> None:
         with require_extra("auth", "api.auth.jwt"):

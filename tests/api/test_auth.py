@@ -130,8 +130,9 @@ def test_a_session_belongs_to_the_identity_that_created_it(server: Server) -> No
     mine = chat(server, "owned", "one", as_key("alice"))
     assert mine.status_code == 200
     request_id = mine.json()["request_id"]
+    # bob's "owned" is bob's own session: it neither sees nor touches alice's
     theirs = chat(server, "owned", "intrude", as_key("bob"))
-    assert (theirs.status_code, theirs.json()["error"]) == (404, "NOT_FOUND")
+    assert (theirs.status_code, json.loads(theirs.json()["result"])) == (200, ["intrude"])
     peek = server.client.get(
         "/api/v1/chat/owned", params={"request_id": request_id}, headers=as_key("bob")
     )

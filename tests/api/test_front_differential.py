@@ -4,7 +4,8 @@ Both adapters sit over one chat front (:mod:`agentkernel.pipeline.front`); each 
 once per adapter, against a fresh in-memory transport and store prepared the same way, and the
 status, error code, body and polling headers must match. Lambda events alternate between the
 HTTP API (2.0) and REST API (1.0) shapes; the caller's identity is an API key on FastAPI and the
-authorizer's ``principalId`` / JWT ``sub`` on Lambda.
+authorizer's ``principalId`` / JWT ``sub`` on Lambda, three identities (``key:alice``,
+``lambda:alice``, ``jwt:alice``) that ``api.auth.aliases`` maps onto one, ``alice``, on purpose.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from typing import Any
 
 import httpx
 import pytest
+from pydantic import SecretStr
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.aws.request import Lambda
@@ -32,6 +34,8 @@ from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789"}
 FRESH_ID = re.compile(r"\b[0-9a-f]{32}\b")
 HEADERS = ("location", "retry-after", "content-location", "preference-applied")
+SECRET = "differential-test-secret"
+ALIASES = {f"{scheme}:{user}": user for user in KEYS for scheme in ("key", "lambda", "jwt")}
 
 
 @dataclass
@@ -62,7 +66,9 @@ def ticket(session: str, request_id: str, owner: str | None) -> Callable[[Any], 
     return lambda store: store.accept(TurnTicket(request_id, session, "f" * 64, owner))
 
 
-KEYED = request_id_for("s 1%x", "key-1", "alice")[0]  # an id derived from an Idempotency-Key
+KEYED = request_id_for("s 1%x", "key-1", "alice", SECRET)[
+    0
+]  # an id derived from an Idempotency-Key
 ASYNC = {"prefer": "respond-async"}
 CASES = [
     Case("async post", "POST", "/api/v1/chat", chat(), ASYNC),
@@ -79,7 +85,7 @@ CASES = [
         "/api/v1/chat",
         chat(),
         {"prefer": "x-respond-async-not"} | {"idempotency-key": "k0"},
-        before=reply("s1", request_id_for("s1", "k0", "alice")[0], "alice"),
+        before=reply("s1", request_id_for("s1", "k0", "alice", SECRET)[0], "alice"),
     ),
     Case(
         "keyed async post with a session to quote",
@@ -157,7 +163,7 @@ CASES = [
         chat("s 1%x"),
         {"idempotency-key": "key-1"},
         identity="bob",
-        before=reply("s 1%x", request_id_for("s 1%x", "key-1", "bob")[0], "alice"),
+        before=reply("s 1%x", request_id_for("s 1%x", "key-1", "bob", SECRET)[0], "alice"),
     ),
     Case(
         "idempotency key reused for another prompt",
@@ -174,8 +180,13 @@ CASES = [
 
 def config(identity: str | None) -> AKConfig:
     base = AKConfig.load()
-    auth = AuthConfig(enabled=True, api_keys=[{"user": u, "key": k} for u, k in KEYS.items()])
-    api = {"max_body_bytes": 262_144, "auth": auth if identity else AuthConfig()}
+    keys = [{"user": u, "key": k} for u, k in KEYS.items()]
+    auth = AuthConfig(enabled=True, api_keys=keys, aliases=ALIASES)
+    api = {
+        "max_body_bytes": 262_144,
+        "auth": auth if identity else AuthConfig(),
+        "idempotency_secret": SecretStr(SECRET),
+    }
     return base.model_copy(update={"api": base.api.model_copy(update=api)})
 
 

@@ -120,19 +120,15 @@ def test_sse_resume_with_last_event_id(server: Server) -> None:
         resumed = read_events(r)
     assert [e[0] for e in resumed] == [2, 3, 4]
     assert resumed[-1][1]["result"] == "t0 t1 t2 t3 "
-    with server.client.stream(
-        "GET", "/api/v1/chat/other/stream", params={"request_id": request_id}
-    ) as r:
-        [(_, frame, _, _)] = read_events(r)
-    assert (frame["done"], frame["error"]) == (True, "NOT_FOUND")
+    # under another session: refused before the first byte of a stream
+    other = server.client.get("/api/v1/chat/other/stream", params={"request_id": request_id})
+    assert (other.status_code, other.json()["error"]) == (404, "NOT_FOUND")
 
 
 def test_sse_resume_of_a_turn_nobody_sent_ends_at_once(server: Server) -> None:
-    with server.client.stream(
-        "GET", "/api/v1/chat/zz/stream", params={"request_id": "unknown-1"}, timeout=5
-    ) as r:  # before: keep-alives for 15 s (the heartbeat), then TIMEOUT
-        [(_, frame, _, _)] = read_events(r)
-    assert (frame["done"], frame["error"]) == (True, "NOT_FOUND")
+    # once: keep-alives for 15 s (the heartbeat), then TIMEOUT; now 404 before any stream byte
+    r = server.client.get("/api/v1/chat/zz/stream", params={"request_id": "unknown-1"}, timeout=5)
+    assert (r.status_code, r.json()["error"]) == (404, "NOT_FOUND")
 
 
 def test_sse_idempotent_retry_replays_the_same_turn(server: Server) -> None:

@@ -212,6 +212,7 @@ class ManagementAPI:
         self.frames: dict[str, list[dict[str, Any]]] = {}
         self.gone: set[str] = set()
         self.failing: dict[str, int] = {}  # connection id -> HTTP status
+        self.closed: list[str] = []
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -235,6 +236,11 @@ class ManagementAPI:
                 api.frames.setdefault(connection, []).append(json.loads(data))
                 self.send_response(200)
                 self.send_header("content-length", "0")
+                self.end_headers()
+
+            def do_DELETE(self) -> None:
+                api.closed.append(self.path.rsplit("/", 1)[-1])
+                self.send_response(204)
                 self.end_headers()
 
             def log_message(self, *args: object) -> None:

@@ -14,10 +14,19 @@ from tests.aws.lambda_harness import http_v2, rest_v1, websocket
     ("authorizer", "identity"),
     [
         (None, None),
-        ({"jwt": {"claims": {"sub": "alice"}, "scopes": None}}, "alice"),
+        ({"jwt": {"claims": {"sub": "alice"}, "scopes": None}}, "jwt:alice"),
+        (
+            {"jwt": {"claims": {"sub": "alice", "iss": "https://idp.test/"}}},
+            "jwt:https%3A//idp.test/:alice",
+        ),
+        ({"jwt": {"claims": {"sub": "a:b"}}}, "jwt:a%3Ab"),  # ':' never fakes an issuer
         ({"jwt": {"claims": {}}, "principalId": "ignored"}, None),
-        ({"principalId": "bob"}, "bob"),
-        ({"claims": {"sub": "carol"}}, "carol"),
+        ({"principalId": "bob"}, "lambda:bob"),
+        ({"claims": {"sub": "carol"}}, "jwt:carol"),
+        (
+            {"claims": {"sub": "carol", "iss": "https://cognito.test/pool"}},
+            "jwt:https%3A//cognito.test/pool:carol",
+        ),
         ({"lambda": {"user": "dave"}}, None),
         ({"principalId": ""}, None),
         ("not a dict", None),
@@ -31,4 +40,4 @@ def test_authorized_identity(authorizer: Any, identity: str | None) -> None:
 def test_every_event_shape_carries_the_identity() -> None:
     for event in (http_v2("GET", "/x"), rest_v1("GET", "/x"), websocket("MESSAGE", "c1", {})):
         event["requestContext"]["authorizer"] = {"principalId": "erin"}
-        assert parse_api_event(event).identity == "erin"
+        assert parse_api_event(event).identity == "lambda:erin"

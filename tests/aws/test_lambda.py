@@ -289,12 +289,18 @@ def test_connect_checks_the_token_and_disconnect_forgets(d: Deployment) -> None:
         ]
         == 200
     )
-    assert connection(d, "c-ok")["user_id"] == {"S": "alice"}  # type: ignore[index]
+    assert connection(d, "c-ok")["user_id"] == {"S": "token:alice"}  # type: ignore[index]
     assert handler(websocket("DISCONNECT", "c-ok"))["statusCode"] == 200
     assert connection(d, "c-ok") is None
 
 
+def connect(*connections: str) -> None:
+    for connection_id in connections:
+        WebsocketConnectionHandler.handler(websocket("CONNECT", connection_id))
+
+
 def test_a_websocket_turn_and_a_streamed_turn_reach_the_connection_in_order(d: Deployment) -> None:
+    connect("conn-1", "conn-2")
     queued = Lambda.handler(
         websocket("MESSAGE", "conn-1", {"route": "chat", "body": chat("w", "hi")})
     )
@@ -315,6 +321,7 @@ def test_a_websocket_turn_and_a_streamed_turn_reach_the_connection_in_order(d: D
 
 
 def test_the_stream_runner_streams_every_turn(d: Deployment) -> None:
+    connect("conn-3")
     Lambda.handler(websocket("MESSAGE", "conn-3", chat("w3", "x y", "words")))
     d.run_turns(ServerlessStreamAgentRunner.handle)
     pump(d.output, ResponseHandler.handle, rounds=2)
@@ -323,6 +330,7 @@ def test_the_stream_runner_streams_every_turn(d: Deployment) -> None:
 
 
 def test_bad_websocket_frames_get_a_system_response(d: Deployment) -> None:
+    connect("conn-x")
     for body, error in (
         ("nope", "INVALID_JSON"),
         ({"route": "admin"}, "UNKNOWN_ROUTE"),

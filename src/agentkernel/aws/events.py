@@ -12,6 +12,7 @@ import json
 from dataclasses import dataclass, field
 from typing import Any
 
+from agentkernel.auth import qualified_identity
 from agentkernel.pipeline.envelope import QueueMessage
 
 
@@ -81,23 +82,35 @@ def parse_api_event(event: dict[str, Any]) -> HttpRequest | SocketMessage:
 def authorized_identity(context: dict[str, Any]) -> str | None:
     """The caller as API Gateway's authorizer named it, or ``None`` without an authorizer.
 
-    Read from the places API Gateway puts it: a JWT authorizer's ``sub`` claim (HTTP API), a
-    Cognito user pool's ``sub`` claim (REST API), or a Lambda authorizer's ``principalId``
-    (REST and WebSocket APIs).
+    Read from the places API Gateway puts it, qualified by its scheme as every front does
+    (:func:`~agentkernel.auth.qualified_identity`): a JWT authorizer's claims (HTTP API) or a
+    Cognito user pool's (REST API) give ``jwt:<iss>:<sub>``, the same identity the FastAPI
+    front gives that token; a Lambda authorizer's ``principalId`` (REST and WebSocket APIs)
+    gives ``lambda:<principalId>``.
     """
     authorizer = context.get("authorizer")
     if not isinstance(authorizer, dict):
         return None
     jwt = authorizer.get("jwt")
     if isinstance(jwt, dict):  # a JWT authorizer names its caller by the token's claims only
-        candidates = [_sub(jwt.get("claims"))]
-    else:
-        candidates = [_sub(authorizer.get("claims")), authorizer.get("principalId")]
-    return next((c for c in candidates if isinstance(c, str) and c), None)
+        return _from_claims(jwt.get("claims"))
+    if (by_claims := _from_claims(authorizer.get("claims"))) is not None:
+        return by_claims
+    principal = authorizer.get("principalId")
+    return (
+        qualified_identity("lambda", principal)
+        if isinstance(principal, str) and principal
+        else None
+    )
 
 
-def _sub(claims: Any) -> Any:
-    return claims.get("sub") if isinstance(claims, dict) else None
+def _from_claims(claims: Any) -> str | None:
+    if not isinstance(claims, dict):
+        return None
+    sub, iss = claims.get("sub"), claims.get("iss")
+    if not isinstance(sub, str) or not sub:
+        return None
+    return qualified_identity("jwt", sub, iss if isinstance(iss, str) and iss else None)
 
 
 def _body(event: dict[str, Any]) -> bytes:

@@ -6,8 +6,12 @@ docs/http-api.md, read from HTTP API (payload 2.0) and REST API (1.0) proxy even
 ``rest_sync`` POST waits for its reply until the function's remaining time or API Gateway's 29
 seconds would run out, then answers 504 with the ``request_id``. The caller's identity is the
 one API Gateway's authorizer established (see :func:`~agentkernel.aws.events.authorized_identity`),
-and a reply is shown to that identity only. WebSocket ``$default``/``chat`` messages are enqueued
-with the connection as the reply address and answered ``CHAT_QUEUED``::
+mapped through ``api.auth.aliases``, and a reply is shown to that identity only. WebSocket
+``$default``/``chat`` messages are enqueued with the connection as the reply address and
+answered ``CHAT_QUEUED``, echoing the client's ``request_id``. With
+``api.websocket.connections_table`` set, a message's identity is the one the connection
+handler stored at ``$connect``, and a connection whose record is gone (its credential expired,
+or its TTL ended) is answered ``SYSTEM_RESPONSE`` ``CREDENTIAL_EXPIRED`` and closed::
 
     from agentkernel.aws import Lambda
 
@@ -27,6 +31,7 @@ import re
 from collections.abc import Callable, Coroutine
 from typing import Any, ClassVar, TypeVar
 
+from agentkernel.auth import alias
 from agentkernel.aws.events import (
     BadEvent,
     HttpRequest,
@@ -34,10 +39,17 @@ from agentkernel.aws.events import (
     http_response,
     parse_api_event,
 )
+from agentkernel.aws.responder import Pusher
 from agentkernel.aws.settings import ecs_config
+from agentkernel.aws.websocket import ConnectionStore
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.chat import FrameError, HTTPError, parse_frame, system_response
-from agentkernel.pipeline.envelope import ATTR_CONNECTION_ID, ATTR_ENDPOINT, ATTR_STREAM
+from agentkernel.pipeline.envelope import (
+    ATTR_CLIENT_REQUEST_ID,
+    ATTR_CONNECTION_ID,
+    ATTR_ENDPOINT,
+    ATTR_STREAM,
+)
 from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront, StreamAnswer
 from agentkernel.pipeline.response_store import create_response_store
 from agentkernel.pipeline.transport.base import QueueTransportFactory
@@ -58,6 +70,7 @@ class Lambda:
     _routes: ClassVar[dict[tuple[str, str], Route]] = {}
     _front: ClassVar[ChatFront | None] = None
     _loop: ClassVar[asyncio.AbstractEventLoop | None] = None
+    _connections: ClassVar[ConnectionStore | None] = None
 
     @classmethod
     def register(cls, path: str, method: str = "GET") -> Callable[[Route], Route]:
@@ -74,7 +87,7 @@ class Lambda:
         """Forget custom routes, built clients and the event loop (tests)."""
         if cls._loop is not None:
             cls._loop.close()
-        cls._routes, cls._front, cls._loop = {}, None, None
+        cls._routes, cls._front, cls._loop, cls._connections = {}, None, None, None
 
     @classmethod
     def use_front(cls, front: ChatFront) -> None:
@@ -126,12 +139,12 @@ class Lambda:
             return http_response(200, {"status": "ok"})
         if request.method == "GET" and request.path == "/api/v1/agents":
             return _answer(cls.front().agents())
+        front = cls.front()
+        identity = alias(front.config.api.auth.aliases, request.identity)
         if request.method == "POST" and request.path == CHAT_PATH:
-            return _answer(cls._run(cls.front().post_chat(_chat_call(request, context))))
+            return _answer(cls._run(front.post_chat(_chat_call(request, identity, context))))
         if request.method == "GET" and (match := _CHAT_GET.match(request.path)):
-            read = cls.front().get_chat(
-                match.group(1), request.query.get("request_id"), request.identity
-            )
+            read = front.get_chat(match.group(1), request.query.get("request_id"), identity)
             return _answer(cls._run(read))
         raise HTTPError(404, "NOT_FOUND", f"no route {request.method} {request.path}")
 
@@ -142,10 +155,11 @@ class Lambda:
         if message.event_type != "MESSAGE":
             return {"statusCode": 200}
         front = cls.front()
-        request_id = None
+        client_id = None
         try:
+            identity = cls._socket_identity(front, message)
             text = message.body.decode("utf-8", "replace")
-            request_id, chat = parse_frame(text, front.config.api.max_body_bytes)
+            client_id, chat = parse_frame(text, front.config.api.max_body_bytes)
             chat = front.check_chat(chat)
             attributes = {
                 ATTR_CONNECTION_ID: message.connection_id,
@@ -153,29 +167,58 @@ class Lambda:
             }
             if chat.stream:
                 attributes[ATTR_STREAM] = "1"
+            if client_id is not None:
+                attributes[ATTR_CLIENT_REQUEST_ID] = client_id
+            request_id = cls._run(front.socket_request_id(client_id, identity))
             enqueue = front.enqueue(
                 chat,
                 request_id,
                 message.headers.get("traceparent", ""),
-                identity=message.identity,
+                identity=identity,
                 attributes=attributes,
             )
             cls._run(enqueue)
         except FrameError as exc:
-            frame = system_response(exc.code, str(exc), exc.request_id or request_id)
+            frame = system_response(exc.code, str(exc), exc.request_id or client_id)
             return {"statusCode": 200, "body": json.dumps(frame)}
         except HTTPError as exc:
-            frame = system_response(exc.doc["error"], exc.doc["message"], request_id)
+            frame = system_response(exc.doc["error"], exc.doc["message"], client_id)
             return {"statusCode": 200, "body": json.dumps(frame)}
-        queued = {"type": "CHAT_QUEUED", "request_id": request_id, "session_id": chat.session_id}
+        shown = client_id or request_id
+        queued = {"type": "CHAT_QUEUED", "request_id": shown, "session_id": chat.session_id}
         return {"statusCode": 200, "body": json.dumps(queued)}
 
+    @classmethod
+    def _socket_identity(cls, front: ChatFront, message: SocketMessage) -> str | None:
+        """Who sends this message: the identity the connection handler stored at ``$connect``
+        when a connections table is configured, else the authorizer's.
 
-def _chat_call(request: HttpRequest, context: Any) -> ChatCall:
+        Raises:
+            FrameError: ``CREDENTIAL_EXPIRED`` for a connection without a live record (its
+                credential expired): the connection is closed as well.
+        """
+        api = front.config.api
+        table = api.websocket.connections_table
+        if not table:
+            return alias(api.auth.aliases, message.identity)
+        if cls._connections is None:
+            cls._connections = ConnectionStore(table, api.websocket.connection_ttl)
+        record = cls._connections.get(message.connection_id)
+        if record is None:
+            logger.info("closing connection %s: its credential expired", message.connection_id)
+            Pusher().close(message.endpoint, message.connection_id)
+            raise FrameError(
+                "CREDENTIAL_EXPIRED",
+                "the credential of this connection expired; reconnect with a fresh one",
+            )
+        return alias(api.auth.aliases, record.get("user_id") or message.identity)
+
+
+def _chat_call(request: HttpRequest, identity: str | None, context: Any) -> ChatCall:
     headers = request.headers
     return ChatCall(
         body=request.body,
-        identity=request.identity,
+        identity=identity,
         idempotency_key=headers.get("idempotency-key"),
         prefer=headers.get("prefer", ""),
         traceparent=headers.get("traceparent", ""),

@@ -10,10 +10,12 @@ it is stored too when a table is configured, so it can be polled. A connection t
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
 import threading
+from collections.abc import Iterator
 from typing import Any, ClassVar
 
 from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
@@ -25,6 +27,7 @@ from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.chat import system_response
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
+    ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
     ATTR_STREAM,
@@ -64,13 +67,29 @@ class Pusher:
             AKConfigError: no AWS region is configured for the management API client.
         """
         api = self._client(endpoint)
+        with self._errors(f"PostToConnection {connection_id}", connection_id):
+            api.post_to_connection(ConnectionId=connection_id, Data=json.dumps(frame).encode())
+
+    def close(self, endpoint: str, connection_id: str) -> None:
+        """Close a connection (``DeleteConnection``); one already gone is fine.
+
+        Raises:
+            StoreUnavailableError, ResponseStoreError, AKConfigError: as :meth:`post`.
+        """
+        api = self._client(endpoint)
+        gone = contextlib.suppress(ConnectionGone)
+        with gone, self._errors(f"DeleteConnection {connection_id}", connection_id):
+            api.delete_connection(ConnectionId=connection_id)
+
+    @staticmethod
+    @contextlib.contextmanager
+    def _errors(operation: str, connection_id: str) -> Iterator[None]:
+        """The shared botocore rule, plus: a connection API Gateway no longer has is gone."""
         try:
             with botocore_errors(
-                f"PostToConnection {connection_id}",
-                unavailable=StoreUnavailableError,
-                failed=ResponseStoreError,
+                operation, unavailable=StoreUnavailableError, failed=ResponseStoreError
             ):
-                api.post_to_connection(ConnectionId=connection_id, Data=json.dumps(frame).encode())
+                yield
         except ResponseStoreError as exc:
             if error_code(exc.__cause__) == "GoneException" or _status(exc.__cause__) == 410:
                 raise ConnectionGone(connection_id) from exc
@@ -150,28 +169,34 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         if connection is not None:
             self._push(message, connection, self._frame(message))
 
+    @staticmethod
+    def _shown_id(message: QueueMessage) -> str | None:
+        """The id the client gave its turn (echoed in frames), else the turn's request id."""
+        attributes = message.attributes
+        return attributes.get(ATTR_CLIENT_REQUEST_ID) or attributes.get("request_id")
+
     def on_permanent_failure(self, message: QueueMessage) -> None:
         if self.store is not None:
             StoreWriter.on_permanent_failure(self, message)
         connection = message.attributes.get(ATTR_CONNECTION_ID)
         if connection is not None and ATTR_CHUNK_INDEX not in message.attributes:
-            request_id = message.attributes.get("request_id")
             frame = system_response(
-                "DELIVERY_FAILED", "the reply could not be delivered", request_id
+                "DELIVERY_FAILED", "the reply could not be delivered", self._shown_id(message)
             )
             self._push(message, connection, frame)
 
-    @staticmethod
-    def _frame(message: QueueMessage) -> dict[str, Any]:
+    @classmethod
+    def _frame(cls, message: QueueMessage) -> dict[str, Any]:
+        shown = {"request_id": cls._shown_id(message)}
         if ATTR_CHUNK_INDEX in message.attributes:
             frame: dict[str, Any] = json.loads(message.body)
-            return frame
+            return frame | shown
         record = record_of(message)
         if ATTR_STREAM in message.attributes:
-            return done_frame(record)
+            return done_frame(record) | shown
         frame = {
             "type": "CHAT_RESPONSE",
-            "request_id": record.request_id,
+            "request_id": shown["request_id"],
             "session_id": record.session_id,
             "status_code": record.status_code,
         }

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import functools
 import logging
-import math
 import time
 from typing import Any, ClassVar
 
@@ -44,11 +43,17 @@ class ConnectionStore:
         self.table_name, self.ttl = table_name, ttl
         self._client = client("dynamodb", "api.websocket.connections_table")
 
-    def add(self, connection_id: str, user_id: str | None) -> None:
+    def add(self, connection_id: str, user_id: str | None, expires_at: float | None = None) -> None:
+        """Keep the connection of ``user_id`` (an identity) until its credential expires at
+        ``expires_at`` (Unix seconds) or the TTL ends, whichever comes first: after that
+        :meth:`get` finds no record and the request handler refuses the connection's frames."""
+        expiry = time.time() + self.ttl
+        if expires_at is not None:
+            expiry = min(expiry, expires_at)
         item = {
             "connection_id": {"S": connection_id},
             "connected_at": {"N": str(int(time.time()))},
-            "expiry_time": {"N": str(math.ceil(time.time() + self.ttl))},
+            "expiry_time": {"N": f"{expiry:.3f}"},
         }
         if user_id is not None:
             item["user_id"] = {"S": user_id}
@@ -119,7 +124,7 @@ class WebsocketConnectionHandler:
 
     @classmethod
     def _connect(cls, message: SocketMessage) -> dict[str, Any]:
-        user_id = None
+        user_id, expires_at = message.identity, None
         if cls._validator is not None:
             token = _token(message)
             if not token:
@@ -127,11 +132,12 @@ class WebsocketConnectionHandler:
                     401, {"error": "UNAUTHORIZED", "message": "a token is required"}
                 )
             result = cls._validator.validate(token)
-            if not result.is_valid:
+            user_id = result.identity(cls._validator.scheme)
+            if not result.is_valid or user_id is None:
                 reason = result.error_msg or "invalid token"
                 return http_response(401, {"error": "UNAUTHORIZED", "message": reason})
-            user_id = result.user_id
-        cls.store().add(message.connection_id, user_id)
+            expires_at = result.expires_at
+        cls.store().add(message.connection_id, user_id, expires_at)
         return {"statusCode": 200}
 
 

@@ -46,6 +46,9 @@ class Turn:
         attempt: 1-based delivery number of this turn (above 1 after a retry).
         traceparent: W3C trace context of the request, carried through the queue, for
             correlating the agent's own spans and logs with the HTTP request.
+        session_key: where the session is stored: ``session_id`` without authentication,
+            otherwise unique per identity (two users' ``s1`` are two sessions). Key any
+            storage of your own by it, not by ``session_id``; empty means ``session_id``.
     """
 
     prompt: str
@@ -56,6 +59,11 @@ class Turn:
     extra: dict[str, Any] = field(default_factory=dict)
     attempt: int = 1
     traceparent: str | None = None
+    session_key: str = ""
+
+    def __post_init__(self) -> None:
+        if not self.session_key:
+            self.session_key = self.session_id
 
 
 Handler = Callable[[Turn], Any]

@@ -214,6 +214,13 @@ class AuthConfig(_Block):
         description="Dotted path to an agentkernel.auth.AuthValidator subclass (built without "
         "arguments) that checks bearer tokens instead of the JWT settings.",
     )
+    aliases: dict[str, str] = Field(
+        default_factory=dict,
+        description="Identities to treat as another one on purpose, e.g. "
+        "{'jwt:https%3A//idp.example/:alice': 'key:alice'}: a caller authenticated as a key "
+        "is served as its value (its sessions, its replies). Identities are '<scheme>:<user>' "
+        "or '<scheme>:<issuer>:<user>' (see docs/authentication.md).",
+    )
 
 
 class ApiConfig(_Block):
@@ -265,7 +272,8 @@ class ApiConfig(_Block):
     idempotency_secret: SecretStr | None = Field(
         None,
         description="Secret mixed into request ids derived from an Idempotency-Key, so nobody "
-        "can compute another client's request id; give every IO process the same one.",
+        "can compute another client's request id; give every IO process the same one. Unset: "
+        "a random secret the response store keeps for the deployment.",
     )
 
 

@@ -20,7 +20,7 @@ from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.chat import ChatRequest, HTTPError, fingerprint
 from agentkernel.pipeline.response_store.base import ResponseStore, TurnTicket
 
-__all__ = ["RETRY_AFTER_PENDING", "admit", "missing_reply"]
+__all__ = ["RETRY_AFTER_PENDING", "admit", "known_to", "missing_reply"]
 
 logger = logging.getLogger(__name__)
 _log = RateLimitedLog(logger)
@@ -88,3 +88,20 @@ def missing_reply(
         request_id=request_id,
         session_id=session_id,
     )
+
+
+def known_to(store: ResponseStore, session_id: str, request_id: str, owner: str | None) -> bool:
+    """Whether ``owner`` may see turn ``request_id`` under ``session_id`` at all: its ticket or
+    its reply says so (a stream checks this before its first byte). A turn that neither shows
+    is unknown, except to a caller without identity on a store that keeps no tickets.
+
+    Raises:
+        StoreError: the store could not be read.
+    """
+    ticket = store.ticket(request_id)
+    if ticket is not None:
+        return ticket.visible_to(session_id, owner)
+    record = store.get(request_id)
+    if record is not None:
+        return record.visible_to(session_id, owner)
+    return owner is None and not store.keeps_tickets

@@ -71,6 +71,7 @@ from agentkernel.pipeline.replies import (
     reply_attributes,
     session_of,
 )
+from agentkernel.pipeline.scoping import session_key
 from agentkernel.pipeline.session_store import (
     SessionRecord,
     SessionStore,
@@ -191,7 +192,8 @@ class AgentRunner(QueueConsumer):
                 message, 404, error_doc("AGENT_NOT_FOUND", str(exc), session_id, request_id)
             )
             return
-        record = await self._read(session_id)
+        key = _key(message, session_id)
+        record = await self._read(key)
         user = message.attributes.get(ATTR_USER_ID)
         if record.owner is not None and user != record.owner:
             # Another identity's session: answered as if it did not exist (no existence leak).
@@ -204,14 +206,13 @@ class AgentRunner(QueueConsumer):
         if record.owner is None and user is not None:
             record = dataclasses.replace(record, owner=user)  # the first turn claims the session
         if self.last_attempt.runs_alone(message):
-            record = await self.last_attempt.start_trial(
-                self.sessions, session_id, record, request_id
-            )
+            record = await self.last_attempt.start_trial(self.sessions, key, record, request_id)
         turn = Turn(
             prompt=body.prompt,
             session_id=session_id,
             request_id=request_id,
             agent=agent.name,
+            session_key=key,
             state=copy.deepcopy(record.state),  # the record keeps the state before the turn
             extra=body.model_extra or {},
             attempt=message.receive_count,
@@ -230,7 +231,7 @@ class AgentRunner(QueueConsumer):
             return
         session_id = session_of(message)
         try:
-            record = await self._read(session_id)
+            record = await self._read(_key(message, session_id))
         except StoreDataLostError as exc:
             await self._refuse(message, session_id, request_id, exc)
             return
@@ -251,7 +252,7 @@ class AgentRunner(QueueConsumer):
                 return
             except Exception as exc:  # answered below, as this may be the last delivery
                 self._last_errors.remember(request_id, exc)
-                record = await self._read(session_id)
+                record = await self._read(_key(message, session_id))
         attempts = message.receive_count - 1
         logger.error(
             "turn %s of session %s failed on %s attempts and is abandoned; last error: %s",
@@ -268,8 +269,8 @@ class AgentRunner(QueueConsumer):
 
     # -- committing and replying ---------------------------------------------------------------
 
-    async def _read(self, session_id: str) -> SessionRecord:
-        return await call(self.sessions.nonblocking, self.sessions.read, session_id)
+    async def _read(self, key: str) -> SessionRecord:
+        return await call(self.sessions.nonblocking, self.sessions.read, key)
 
     async def _commit_and_reply(
         self,
@@ -284,13 +285,11 @@ class AgentRunner(QueueConsumer):
         Losing the commit to another attempt of the same turn re-sends that attempt's reply;
         losing it to a different turn raises, so the turn runs again on the newer state.
         """
-        commit, position = self.sessions.commit, message.position
+        commit, key, position = self.sessions.commit, _key(message, session_id), message.position
         try:
-            await call(
-                self.sessions.nonblocking, commit, session_id, base, outcome, state, position
-            )
+            await call(self.sessions.nonblocking, commit, key, base, outcome, state, position)
         except StaleSessionError:
-            fresh = await self._read(session_id)
+            fresh = await self._read(key)
             if not fresh.has_applied(outcome.request_id, position):
                 raise
             logger.warning(
@@ -354,8 +353,8 @@ class AgentRunner(QueueConsumer):
         doc = error_doc("REPLY_TOO_LARGE", str(exc), session_id, request_id)
         outcome = TurnOutcome(request_id, 500, json.dumps(doc))
         state = None if before is None else before.state
-        commit, position = self.sessions.commit, message.position
-        await call(self.sessions.nonblocking, commit, session_id, record, outcome, state, position)
+        commit, key, position = self.sessions.commit, _key(message, session_id), message.position
+        await call(self.sessions.nonblocking, commit, key, record, outcome, state, position)
         await self._send(message, session_id, outcome)
 
     async def _refuse(
@@ -390,6 +389,11 @@ class AgentRunner(QueueConsumer):
             dedup_id=f"{request_id}:reply",
         )
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
+
+
+def _key(message: QueueMessage, session_id: str) -> str:
+    """The session store key of the turn's session: scoped by the identity that sent it."""
+    return session_key(session_id, message.attributes.get(ATTR_USER_ID))
 
 
 class _LastErrors:

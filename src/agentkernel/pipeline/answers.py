@@ -9,6 +9,8 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentkernel.pipeline.chat import HTTPError, poll_location
+from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.response_store.base import ResponseRecord
 
 #: Seconds a client is told to wait before retrying a 503.
 RETRY_AFTER_SECONDS = 1
@@ -71,10 +73,47 @@ class TurnAddress:
     def location(self) -> str:
         return poll_location(self.session_id, self.request_id)
 
+    @property
+    def ids(self) -> dict[str, str]:
+        """The turn's ids, as error documents carry them."""
+        return {"request_id": self.request_id, "session_id": self.session_id}
+
     def error(self, status: int, code: str, message: str) -> HTTPError:
         """An error answer that says where to poll for this turn's reply."""
         headers = {"Location": self.location}
         if status == 503:
             headers["Retry-After"] = str(RETRY_AFTER_SECONDS)
-        ids = {"request_id": self.request_id, "session_id": self.session_id}
-        return HTTPError(status, code, message, headers, **ids)
+        return HTTPError(status, code, message, headers, **self.ids)
+
+
+def record_answer(
+    record: ResponseRecord,
+    session_id: str,
+    owner: str | None,
+    request_id: str | None = None,
+    location: str | None = None,
+) -> Answer:
+    """The answer a stored reply stands for, if ``owner`` may see it under ``session_id``.
+
+    Raises:
+        HTTPError: 404 ``NOT_FOUND`` otherwise.
+    """
+    if not record.visible_to(session_id, owner):
+        raise HTTPError(
+            404,
+            "NOT_FOUND",
+            "no reply for this request in this session (yet)",
+            request_id=request_id or "",
+            session_id=session_id,
+        )
+    METRICS.inc("agentkernel_http_requests_total", status=str(record.status_code))
+    headers = {"Content-Location": location} if location else {}
+    return Answer(record.status_code, record.body, headers)
+
+
+def accepted(turn: TurnAddress) -> Answer:
+    """202: the turn is on the queue; poll its ``Location``."""
+    METRICS.inc("agentkernel_http_requests_total", status="202")
+    doc = {"status": "ACCEPTED", "request_id": turn.request_id, "session_id": turn.session_id}
+    headers = {"Location": turn.location, "Preference-Applied": "respond-async"}
+    return Answer(202, doc, headers)

@@ -18,13 +18,13 @@ from urllib.parse import quote
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, ATTR_USER_ID, QueueMessage
 from agentkernel.pipeline.json_text import lone_surrogate_field
+from agentkernel.pipeline.scoping import session_key
 
 #: The chat routes' path: ``POST`` a turn, ``GET {CHAT_PATH}/{session_id}?request_id=`` its reply.
 CHAT_PATH = "/api/v1/chat"
 _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
-_IDEMPOTENCY_NS = uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10")
 #: Deepest nesting of arrays and objects a chat body may have: deeper bodies are refused before
 #: they are queued, since serializers along the way (and the runner's parser) stop near 200.
 MAX_JSON_DEPTH = 64
@@ -129,29 +129,36 @@ def _too_deep(data: Any) -> bool:
 def request_id_for(
     session_id: str,
     idempotency_key: str | None,
-    user: str | None = None,
-    secret: str | None = None,
+    user: str | None,
+    secret: bytes | str,
 ) -> tuple[str, bool]:
     """The turn's request id: a fresh one (``True``), or one derived from an idempotency key.
 
-    A derived id is an HMAC of the user, session and key under ``secret`` when one is configured
-    (``api.idempotency_secret``), so nobody without the secret can compute it.
+    A derived id is an HMAC of the user, session and key under ``secret`` (the configured
+    ``api.idempotency_secret``, or the deployment's secret kept in the response store), so
+    nobody without the secret can compute another client's id.
 
     Raises:
         HTTPError: 400 for a key that is empty or longer than 255 characters.
     """
     if idempotency_key is None:
         return uuid.uuid4().hex, True
-    if not 1 <= len(idempotency_key) <= 255:
-        raise HTTPError(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be 1-255 chars")
+    check_idempotency_key(idempotency_key)
     text = (
         f"{session_id}\n{idempotency_key}"
         if user is None
         else f"{user}\n{session_id}\n{idempotency_key}"
     )
-    if secret is not None:
-        return hmac.new(secret.encode(), text.encode(), hashlib.sha256).hexdigest()[:32], False
-    return uuid.uuid5(_IDEMPOTENCY_NS, text).hex, False
+    key = secret.encode() if isinstance(secret, str) else secret
+    return hmac.new(key, text.encode(), hashlib.sha256).hexdigest()[:32], False
+
+
+def check_idempotency_key(idempotency_key: str) -> str:
+    """Raises:
+    HTTPError: 400 for a key that is empty or longer than 255 characters."""
+    if not 1 <= len(idempotency_key) <= 255:
+        raise HTTPError(400, "INVALID_IDEMPOTENCY_KEY", "Idempotency-Key must be 1-255 chars")
+    return idempotency_key
 
 
 def fingerprint(chat: ChatRequest) -> str:
@@ -177,11 +184,12 @@ def check_agent(chat: ChatRequest, registry: AgentRegistry) -> ChatRequest:
 
 
 def turn_message(chat: ChatRequest, request_id: str, attributes: dict[str, str]) -> QueueMessage:
-    """The INPUT message of a turn: the session is its group, its request id the dedup id."""
+    """The INPUT message of a turn: the session (scoped by the sender's identity) is its group,
+    its request id the dedup id."""
     return QueueMessage(
         body=chat.model_dump_json(exclude_none=True),
         attributes={ATTR_REQUEST_ID: request_id} | attributes,
-        group_id=chat.session_id,
+        group_id=session_key(chat.session_id, attributes.get(ATTR_USER_ID)),
         dedup_id=request_id,
     )
 
@@ -226,11 +234,13 @@ def system_response(code: str, message: str, request_id: str | None = None) -> d
     return frame | ({"request_id": request_id} if request_id else {})
 
 
-def parse_frame(text: str, max_bytes: int) -> tuple[str, ChatRequest]:
+def parse_frame(text: str, max_bytes: int) -> tuple[str | None, ChatRequest]:
     """Read a chat frame ``{"route": "chat", "request_id"?, "body": {...}}`` (or a flat body).
 
     Returns:
-        the turn's request id (the client's, or a fresh one) and the chat request.
+        the client's id for the turn (``None`` when it sent none) and the chat request. The
+        client's id is not the turn's request id: the front derives that from it, per
+        identity (:meth:`~agentkernel.pipeline.front.ChatFront.socket_request_id`).
 
     Raises:
         FrameError: the frame is too large, not JSON, for another route, or invalid.
@@ -259,10 +269,10 @@ def parse_frame(text: str, max_bytes: int) -> tuple[str, ChatRequest]:
         raise FrameError(exc.doc["error"], exc.doc["message"], request_id) from exc
 
 
-def _frame_request_id(frame: dict[str, Any]) -> str:
+def _frame_request_id(frame: dict[str, Any]) -> str | None:
     given = frame.get("request_id")
     if given is None:
-        return uuid.uuid4().hex
+        return None
     if not isinstance(given, str) or not _CLIENT_REQUEST_ID.match(given):
         raise FrameError("INVALID_REQUEST_ID", "request_id must be 8-128 of A-Z a-z 0-9 _ . : -")
     return given

@@ -21,6 +21,9 @@ ATTR_STREAM = "stream"
 #: reaches it (serverless WebSocket turns; forwarded to the reply).
 ATTR_CONNECTION_ID = "ws_connection_id"
 ATTR_ENDPOINT = "ws_endpoint"
+#: The WebSocket client's own id for a turn, echoed in the frames that answer it (forwarded
+#: to the reply; the turn's request id is derived from it per identity).
+ATTR_CLIENT_REQUEST_ID = "ws_client_request_id"
 
 
 class QueueName(StrEnum):

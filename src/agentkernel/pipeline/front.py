@@ -28,8 +28,15 @@ from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import MessageRejectedError, StoreError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.admission import admit, missing_reply
-from agentkernel.pipeline.answers import Answer, ChatCall, StreamAnswer, TurnAddress
+from agentkernel.pipeline.admission import admit, known_to, missing_reply
+from agentkernel.pipeline.answers import (
+    Answer,
+    ChatCall,
+    StreamAnswer,
+    TurnAddress,
+    accepted,
+    record_answer,
+)
 from agentkernel.pipeline.chat import (
     CHAT_PATH,
     ChatRequest,
@@ -37,7 +44,6 @@ from agentkernel.pipeline.chat import (
     check_agent,
     parse_chat,
     poll_location,
-    request_id_for,
     traceparent_or_new,
     turn_message,
     wants_async,
@@ -48,6 +54,7 @@ from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.quota_front import IdentityQuota
 from agentkernel.pipeline.readiness import CheckedStore, readiness
+from agentkernel.pipeline.request_ids import RequestIds
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.transport.base import QueueTransport
@@ -87,6 +94,7 @@ class ChatFront:
         self.config = config if config is not None else AKConfig.get()
         self.registry = registry if registry is not None else AgentRegistry.default()
         self._log = RateLimitedLog(logger)
+        self.ids = RequestIds(self.config.api, store)
         self._waiters: dict[asyncio.Future[None], asyncio.AbstractEventLoop] = {}
         self._waiters_lock = threading.Lock()
         self._released = False
@@ -127,7 +135,9 @@ class ChatFront:
         chat = self.check_chat(parse_chat(self._checked_size(chat_call.body)))
         chat.stream = chat.stream or chat_call.stream
         owner = chat_call.identity
-        request_id, fresh = self._request_id(chat.session_id, chat_call.idempotency_key, owner)
+        request_id, fresh = await self.ids.request_id(
+            chat.session_id, chat_call.idempotency_key, owner
+        )
         turn = TurnAddress(chat.session_id, request_id)
         await self._admit(chat, turn, owner)
         traceparent = traceparent_or_new(chat_call.traceparent)
@@ -139,7 +149,7 @@ class ChatFront:
             return await self._answered(known, chat.session_id, owner)
         await self._enqueue(chat, turn, traceparent, owner)
         if wants_async(chat_call.prefer, self.config.execution.mode):
-            return _accepted(turn)
+            return accepted(turn)
         record = await self._wait(turn, chat_call.budget)
         if record is None:
             raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
@@ -197,7 +207,7 @@ class ChatFront:
         self, session_id: str, request_id: str | None, identity: str | None
     ) -> Answer:
         if not request_id:
-            raise HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
+            raise _no_request_id()
         turn = TurnAddress(session_id, request_id)
         record = await self._read(turn)
         if record is None or not record.visible_to(session_id, identity):
@@ -210,17 +220,33 @@ class ChatFront:
                 raise self._store_error(turn, exc) from exc
         return await self._answered(record, session_id, identity, request_id=request_id)
 
-    def resume_stream(
+    async def resume_stream(
         self, session_id: str, request_id: str, identity: str | None, after: int
     ) -> Answer | StreamAnswer:
-        """Resume a streamed turn: the chunks after ``after``, then live ones."""
+        """Resume a streamed turn: the chunks after ``after``, then live ones.
+
+        Answers 404 before the first byte of a stream unless ``identity`` may see the turn
+        under ``session_id`` (its ticket or its reply says so).
+        """
         if not request_id:
-            doc = {
-                "error": "INVALID_REQUEST",
-                "message": "the request_id query parameter is required",
-            }
-            return Answer(400, doc)
+            return Answer.of(_no_request_id())
+        turn, store = TurnAddress(session_id, request_id), self.store
+        try:
+            known = await call(store.nonblocking, known_to, store, session_id, request_id, identity)
+        except StoreError as exc:
+            return Answer.of(self._store_error(turn, exc))
+        if not known:
+            doc = {"error": "NOT_FOUND", "message": "no such turn in this session", **turn.ids}
+            return Answer(404, doc)
         return StreamAnswer(request_id, session_id, after, identity)
+
+    async def socket_request_id(self, client_id: str | None, identity: str | None) -> str:
+        """The request id of a WebSocket turn the client named ``client_id``: derived from the
+        identity and ``client_id`` only (one id per identity, whatever the session; no chat
+        session id is empty, so it never equals an HTTP key's id), so one identity's ids never
+        collide with another's. Raises ``HTTPError`` 503 without the deployment's secret."""
+        request_id, _ = await self.ids.request_id("", client_id, identity)
+        return request_id
 
     def frames(self, stream: StreamAnswer) -> AsyncIterator[dict[str, Any] | None]:
         """The frames of a streamed turn (``None``: time for a keep-alive)."""
@@ -308,7 +334,7 @@ class ChatFront:
 
     async def _answered(self, record: ResponseRecord, *args: Any, **kwargs: Any) -> Answer:
         """The answer for a reply shown to its caller, which then counts as read."""
-        answer = _record_answer(record, *args, **kwargs)  # refuses one the caller may not see
+        answer = record_answer(record, *args, **kwargs)  # refuses one the caller may not see
         await call(self.store.nonblocking, self.quota.read, record)
         return answer
 
@@ -321,12 +347,6 @@ class ChatFront:
             exc,
         )
         return store_error(turn, exc)
-
-    def _request_id(self, session_id: str, key: str | None, owner: str | None) -> tuple[str, bool]:
-        """A fresh id, or one derived from ``Idempotency-Key`` (same key, same turn)."""
-        secret = self.config.api.idempotency_secret
-        plain = None if secret is None else secret.get_secret_value()
-        return request_id_for(session_id, key, owner, plain)
 
     async def _enqueue(
         self,
@@ -370,31 +390,8 @@ class ChatFront:
             ) from exc
 
 
-def _record_answer(
-    record: ResponseRecord,
-    session_id: str,
-    owner: str | None,
-    request_id: str | None = None,
-    location: str | None = None,
-) -> Answer:
-    if not record.visible_to(session_id, owner):
-        raise HTTPError(
-            404,
-            "NOT_FOUND",
-            "no reply for this request in this session (yet)",
-            request_id=request_id or "",
-            session_id=session_id,
-        )
-    METRICS.inc("agentkernel_http_requests_total", status=str(record.status_code))
-    headers = {"Content-Location": location} if location else {}
-    return Answer(record.status_code, record.body, headers)
-
-
-def _accepted(turn: TurnAddress) -> Answer:
-    METRICS.inc("agentkernel_http_requests_total", status="202")
-    doc = {"status": "ACCEPTED", "request_id": turn.request_id, "session_id": turn.session_id}
-    headers = {"Location": turn.location, "Preference-Applied": "respond-async"}
-    return Answer(202, doc, headers)
+def _no_request_id() -> HTTPError:
+    return HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
 
 
 def _resolve(future: asyncio.Future[None]) -> None:

@@ -12,6 +12,7 @@ from typing import Any
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from agentkernel.pipeline.envelope import (
+    ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
     ATTR_REQUEST_ID,
@@ -27,6 +28,7 @@ FORWARDED_ATTRIBUTES = (
     ATTR_STREAM,
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
+    ATTR_CLIENT_REQUEST_ID,
 )
 
 

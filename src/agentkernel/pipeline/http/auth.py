@@ -4,8 +4,11 @@ An ASGI middleware checks every request except ``/health`` and ``/ready``: an ``
 header against ``api.auth.api_keys``, or an ``Authorization: Bearer`` token (the WebSocket
 handshake may pass it as ``?token=``) against the JWT settings or a custom validator. A missing
 or refused credential answers 401 with ``WWW-Authenticate``, the WebSocket handshake included
-(``?token=`` is read on the handshake only, never on plain HTTP routes). The caller's user id is
-then available to the routes as :data:`IDENTITY`. Tokens and keys are never logged, and a user id
+(``?token=`` is read on the handshake only, never on plain HTTP routes). The caller's identity
+(its scheme, issuer and user id: ``key:alice``, ``jwt:<issuer>:alice``; see
+:func:`agentkernel.auth.qualified_identity`, mapped through ``api.auth.aliases``) is then
+available to the routes as :data:`IDENTITY`, and when the credential expires as
+:data:`EXPIRES_AT` (the WebSocket closes then). Tokens and keys are never logged, and a user id
 with control characters is refused.
 """
 
@@ -16,10 +19,11 @@ import logging
 import re
 from collections.abc import Awaitable, Callable, MutableMapping
 from contextvars import ContextVar
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import parse_qs
 
-from agentkernel.auth import ApiKeyValidator, AuthValidator, JwtValidator
+from agentkernel.auth import ApiKeyValidator, AuthValidator, JwtValidator, alias
 from agentkernel.core.config import AuthConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import resolve_dotted
@@ -28,8 +32,10 @@ from agentkernel.pipeline.http.access_log import SCOPE_USER
 
 logger = logging.getLogger(__name__)
 
-#: The authenticated user id of the request being served (``None`` when auth is off).
+#: The authenticated identity of the request being served (``None`` when auth is off).
 IDENTITY: ContextVar[str | None] = ContextVar("agentkernel_identity", default=None)
+#: When the request's credential expires, in Unix seconds (``None``: it does not say).
+EXPIRES_AT: ContextVar[float | None] = ContextVar("agentkernel_expires_at", default=None)
 OPEN_PATHS = frozenset({"/health", "/ready"})
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
@@ -48,8 +54,24 @@ class Unauthorized(Exception):
         self.missing = missing
 
 
+@dataclass(frozen=True)
+class Credential:
+    """Who a valid credential authenticated, and until when.
+
+    Attributes:
+        identity: the qualified identity (``key:alice``, ``jwt:<issuer>:alice``), after aliases.
+        user: the bare user id the credential named (for log lines).
+        expires_at: Unix seconds after which the credential is refused (its ``exp`` plus the
+            configured leeway), or ``None`` for a credential without expiry (an API key).
+    """
+
+    identity: str
+    user: str
+    expires_at: float | None = None
+
+
 class Authenticator:
-    """Turns a request's credentials into a user id.
+    """Turns a request's credentials into a :class:`Credential`.
 
     Raises:
         AKConfigError: auth is enabled without any way to check a credential.
@@ -65,9 +87,11 @@ class Authenticator:
             self._bearer = JwtValidator(config.jwt)
         if self._bearer is None:
             raise AKConfigError("api.auth: enabled, but no api_keys, jwt or validator is set")
+        self._aliases = dict(config.aliases)
+        self._leeway = config.jwt.leeway if config.jwt is not None else 0.0
 
-    def authenticate(self, headers: dict[str, str], query: dict[str, str]) -> str:
-        """The user id of a valid credential.
+    def authenticate(self, headers: dict[str, str], query: dict[str, str]) -> Credential:
+        """The credential of the request, checked.
 
         Raises:
             Unauthorized: none was given, or it was refused.
@@ -80,14 +104,17 @@ class Authenticator:
             raise Unauthorized("a bearer token or an API key is required", missing=True)
         return self._check(self._bearer, token)  # type: ignore[arg-type]
 
-    @staticmethod
-    def _check(validator: AuthValidator, token: str) -> str:
+    def _check(self, validator: AuthValidator, token: str) -> Credential:
         result = validator.validate(token)
-        if not result.is_valid or result.user_id is None:
+        user, identity = result.user_id, result.identity(validator.scheme)
+        if not result.is_valid or user is None or identity is None:
             raise Unauthorized(result.error_msg or "invalid credentials")
-        if not result.user_id or _CONTROL.search(result.user_id):
+        if not user or _CONTROL.search(user):
             raise Unauthorized("the credential's user id is empty or has control characters")
-        return result.user_id
+        expires = result.expires_at
+        if expires is not None and isinstance(validator, JwtValidator):
+            expires += self._leeway  # accepted until then, on the socket as on a request
+        return Credential(alias(self._aliases, identity) or identity, user, expires)
 
 
 class AuthMiddleware:
@@ -108,16 +135,18 @@ class AuthMiddleware:
             raw = scope.get("query_string", b"").decode("latin-1")
             query = {k: v[0] for k, v in parse_qs(raw).items()}
         try:
-            user = self.authenticator.authenticate(headers, query)
+            credential = self.authenticator.authenticate(headers, query)
         except Unauthorized as exc:
             logger.info("refused %s %s: %s", scope["type"], printable(scope["path"]), exc)
             await _refuse(scope, receive, send, exc)
             return
-        scope[SCOPE_USER] = user  # for the access log, which wraps this middleware
-        token = IDENTITY.set(user)
+        scope[SCOPE_USER] = credential.user  # for the access log, which wraps this middleware
+        token = IDENTITY.set(credential.identity)
+        expiry = EXPIRES_AT.set(credential.expires_at)
         try:
             await self.app(scope, receive, send)
         finally:
+            EXPIRES_AT.reset(expiry)
             IDENTITY.reset(token)
 
 

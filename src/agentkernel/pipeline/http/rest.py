@@ -52,7 +52,7 @@ class ChatRoutes:
     async def get_stream(self, request: Request, session_id: str, request_id: str = "") -> Response:
         """Resume a streamed turn: the chunks after ``Last-Event-ID``, then live ones."""
         after = sse.last_event_id(request.headers.get("last-event-id"))
-        answer = self.front.resume_stream(session_id, request_id, IDENTITY.get(), after)
+        answer = await self.front.resume_stream(session_id, request_id, IDENTITY.get(), after)
         return self._response(answer)
 
     def _response(self, answer: Answer | StreamAnswer) -> Response:

@@ -10,6 +10,7 @@ from abc import ABC, abstractmethod
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
+from agentkernel.core.errors import ResponseStoreError
 from agentkernel.pipeline.quota import InMemoryQuotaLedger, QuotaLedger
 
 
@@ -120,6 +121,7 @@ class ResponseStore(ABC):
 
     def __init__(self, ttl: float = 3600.0) -> None:
         self.ttl = ttl
+        self._local_secret: bytes | None = None
 
     @abstractmethod
     def put(self, record: ResponseRecord) -> None:
@@ -206,6 +208,28 @@ class ResponseStore(ABC):
     def _new_quota_ledger(self) -> QuotaLedger:
         """This process's counts; a store shared by processes overrides it to share them."""
         return InMemoryQuotaLedger(self.ttl)
+
+    # -- the deployment's secret -------------------------------------------------------------------
+
+    def shared_secret(self) -> bytes:
+        """A random secret made once and read by every process that uses this store.
+
+        Request ids derived from an ``Idempotency-Key`` (or a WebSocket client's id) are keyed
+        by it when ``api.idempotency_secret`` is not set, so nobody can compute them, while a
+        retry that reaches another IO process still finds the same turn. A store only this
+        process reads keeps one in memory; a shared store must keep it where all can read it.
+
+        Raises:
+            StoreError: the store could not keep or read it (a shared store that does not
+                implement this: set ``api.idempotency_secret``).
+        """
+        if self.shared:
+            raise ResponseStoreError(
+                f"{type(self).__name__} keeps no shared secret: set api.idempotency_secret"
+            )
+        if self._local_secret is None:
+            self._local_secret = secrets.token_bytes(32)
+        return self._local_secret
 
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise a ``StoreError`` when the backend is unreachable, refuses writes or lost its

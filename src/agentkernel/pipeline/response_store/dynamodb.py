@@ -13,9 +13,11 @@ retrying), anything else :class:`ResponseStoreError`.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import math
+import secrets
 import time
 from typing import Any
 
@@ -34,6 +36,7 @@ from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseSto
 TTL_ATTRIBUTE = "expiry_time"
 _CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"
 _TICKET = "#ticket"  # the ticket of an accepted turn: key "<request_id>#ticket"
+_SECRET = "#secret"  # the deployment secret (shared_secret), no TTL
 #: Fail fast when the table cannot be reached, so an API request can answer 503 in seconds.
 _CLIENT_CONFIG = Config(
     connect_timeout=2, read_timeout=5, retries={"max_attempts": 3, "mode": "standard"}
@@ -73,6 +76,7 @@ class DynamoDBResponseStore(ResponseStore):
             endpoint_url=endpoint_url,
             config=_CLIENT_CONFIG,
         )
+        self._secret: bytes | None = None
 
     @classmethod
     def from_config(cls, config: DynamoDBStoreConfig, ttl: float) -> DynamoDBResponseStore:
@@ -99,7 +103,9 @@ class DynamoDBResponseStore(ResponseStore):
                 ConsistentRead=True,
             )
             item = reply.get("Item")
-            if item is None or float(item[TTL_ATTRIBUTE]["N"]) <= time.time():
+            if item is None or "session_id" not in item:  # none, or a chunk, ticket, secret
+                return None
+            if float(item[TTL_ATTRIBUTE]["N"]) <= time.time():
                 return None
             return ResponseRecord(
                 request_id=request_id,
@@ -172,6 +178,27 @@ class DynamoDBResponseStore(ResponseStore):
                     break
                 found.append(json.loads(item["body"]["S"]))
         return found
+
+    def shared_secret(self) -> bytes:
+        """Kept in the item ``#secret`` without a TTL; the first process to write it wins."""
+        if self._secret is None:
+            key = {"request_id": {"S": _SECRET}}
+            item = {**key, "secret": {"S": secrets.token_hex(32)}}
+            with _errors(f"DynamoDB read of the deployment secret in {self.table_name}"):
+                # another process may have made it first: then read that one
+                with contextlib.suppress(self._client.exceptions.ConditionalCheckFailedException):
+                    self._client.put_item(
+                        TableName=self.table_name,
+                        Item=item,
+                        ConditionExpression="attribute_not_exists(request_id)",
+                    )
+                kept = self._client.get_item(
+                    TableName=self.table_name, Key=key, ConsistentRead=True
+                ).get("Item")
+            if kept is None or "secret" not in kept:
+                raise ResponseStoreError(f"no deployment secret in {self.table_name}; retry")
+            self._secret = kept["secret"]["S"].encode()
+        return self._secret
 
     def ping(self) -> None:
         with _errors(f"DynamoDB check of table {self.table_name}"):

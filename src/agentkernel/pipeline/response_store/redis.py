@@ -22,6 +22,7 @@ import asyncio
 import functools
 import json
 import logging
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -109,6 +110,7 @@ class RedisResponseStore(ResponseStore):
         self._accept = self._redis.register_script(_ACCEPT)
         self._guard = RedisGuard(self._redis, prefix, key, allow_eviction=allow_eviction)
         start_guard(self._guard, key)
+        self._secret: bytes | None = None
 
     def _key(self, request_id: str) -> str:
         return f"{self._prefix}resp:{request_id}"
@@ -225,6 +227,18 @@ class RedisResponseStore(ResponseStore):
         from agentkernel.pipeline.quota_redis import RedisQuotaLedger
 
         return RedisQuotaLedger(self._redis, self._prefix, self.ttl)
+
+    def shared_secret(self) -> bytes:
+        """Kept at ``<prefix>secret`` without expiry; the first process to write it wins."""
+        if self._secret is None:
+            key = f"{self._prefix}secret"
+            with _errors("read of the deployment secret"):
+                self._redis.set(key, secrets.token_hex(32), nx=True)
+                raw = self._redis.get(key)
+            if raw is None:  # evicted between the two calls: say so, never use a local one
+                raise ResponseStoreError("the deployment secret vanished from Redis; retry")
+            self._secret = raw if isinstance(raw, bytes) else str(raw).encode()
+        return self._secret
 
     def ping(self) -> None:
         with _errors("ping"):
