@@ -14,6 +14,7 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.sqs import SQSTransport, lease_param, wait_param
+from tests.foreign import SQS_KINDS, publish_sqs
 
 pytestmark = pytest.mark.aws
 
@@ -56,9 +57,16 @@ class TestSQSTransportContract(QueueTransportContract):
     # ignores that group's lock for the next message (reproduced against moto 5.2; AWS holds the
     # lock). Short polls keep it, which the end-to-end ordering test relies on.
     waiting_consumer_respects_group_lock = False
+    undecodable_kinds = SQS_KINDS
 
     def make_transport(self) -> QueueTransport:
         return fresh_transport(int(self.ack_wait))
+
+    def send_undecodable(
+        self, transport: QueueTransport, queue: QueueName, kind: str, group: str, request_id: str
+    ) -> str | None:
+        assert isinstance(transport, SQSTransport)
+        return publish_sqs(transport, queue, kind, group, request_id)
 
 
 @pytest.mark.usefixtures("aws")

@@ -40,6 +40,10 @@ class QueueMessage(BaseModel):
         dedup_id: a second send with the same id inside the transport's window is dropped.
         receive_count: 1-based number of this delivery; exact on every transport.
         message_id: the broker's identity of the message, for logs.
+        undecodable: why the transport could not decode what the broker delivered (a body or
+            header that is not UTF-8, an envelope that is not ours), or ``None``. Such a message
+            carries only what could be read (often a ``request_id``) and is never processed:
+            the message handling answers it if it can and dead-letters it.
         native: the transport's handle for ack/nack; never serialised.
     """
 
@@ -51,4 +55,5 @@ class QueueMessage(BaseModel):
     dedup_id: str | None = None
     receive_count: int = 1
     message_id: str | None = None
+    undecodable: str | None = None
     native: Any = Field(default=None, exclude=True, repr=False)

@@ -60,6 +60,20 @@ def session_of(message: QueueMessage) -> str:
     return str(session or message.group_id or "")
 
 
+def session_mismatch(message: QueueMessage, body: ChatTurnBody) -> str | None:
+    """Why a turn cannot run in the session its body names, or ``None`` when it can.
+
+    The session is the message's group: its ordering key, which the broker serialises on. A
+    body naming another session (or a message without a group) would run outside that order,
+    in a session whose turns the broker does not hold back meanwhile.
+    """
+    if message.group_id is None:
+        return "the message has no group (its session's ordering key)"
+    if message.group_id != body.session_id:
+        return "the body's session_id is not the message's group (its session's ordering key)"
+    return None
+
+
 def first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])

@@ -282,16 +282,27 @@ class NatsConsumer(TransportConsumer):
     # -- messages ------------------------------------------------------------------------------
 
     def _decode(self, msg: Any) -> QueueMessage:
-        headers = msg.headers or {}
-        group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
-        meta = msg.metadata
+        """The message; one that cannot be decoded comes out marked ``undecodable``, with what
+        could be read, so the fetch goes on and the handling dead-letters it."""
+        headers, meta, defects = msg.headers or {}, msg.metadata, []
+        try:
+            group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
+        except ValueError as exc:
+            group, attributes = None, {}
+            defects.append(str(exc))
+        try:
+            body = msg.data.decode()
+        except UnicodeDecodeError:
+            body = ""
+            defects.append("body is not UTF-8")
         return QueueMessage(
-            body=msg.data.decode(),
+            body=body,
             attributes=attributes,
             group_id=group,
             dedup_id=headers.get("Nats-Msg-Id"),
             receive_count=int(meta.num_delivered),
             message_id=f"{self._stream}:{meta.sequence.stream}",
+            undecodable="; ".join(defects) or None,
             native=msg,
         )
 
@@ -316,8 +327,15 @@ class NatsConsumer(TransportConsumer):
         return True
 
     def dead_letter(self, message: QueueMessage) -> None:
-        """Terminate redelivery of the message."""
-        self._transport.run(message.native.term())
+        """Terminate redelivery of the message, and wait for the server to confirm it.
+
+        Unconfirmed, the next fetch may probe the partition before the server processed the
+        termination: the probe then waits as if the message were still in flight, and a
+        termination (unlike an ack or a nak) does not serve waiting requests, so the partition
+        would stall until the request is cancelled.
+        """
+        msg = message.native
+        self._transport.run(self._nc.request(msg.reply, b"+TERM", self._settings.request_timeout))
 
     def extend_lease(self, message: QueueMessage) -> None:
         self._transport.run(message.native.in_progress())
