@@ -76,7 +76,8 @@ def test_an_oversized_prompt_is_run_and_answered(
     transport: InMemoryTransport, runner: AgentRunner
 ) -> None:
     body = json.dumps({"session_id": "s", "prompt": "p" * 500_000})
-    asyncio.run(runner.process_message(QueueMessage(body=body, attributes={"request_id": "r"})))
+    message = QueueMessage(body=body, attributes={"request_id": "r"}, group_id="s")
+    asyncio.run(runner.process_message(message))
     [reply] = replies(transport)
     assert json.loads(reply.body)["result"] == "p" * 500_000
 
@@ -85,7 +86,8 @@ def test_unknown_agent_on_the_queue_is_a_404_reply(
     transport: InMemoryTransport, runner: AgentRunner
 ) -> None:
     body = json.dumps({"session_id": "s", "prompt": "x", "agent": "ghost"})
-    asyncio.run(runner.process_message(QueueMessage(body=body, attributes={"request_id": "r"})))
+    message = QueueMessage(body=body, attributes={"request_id": "r"}, group_id="s")
+    asyncio.run(runner.process_message(message))
     [reply] = replies(transport)
     assert reply.attributes["status_code"] == "404"
 
@@ -95,9 +97,65 @@ def test_extra_attributes_do_not_leak_into_the_reply(
 ) -> None:
     body = json.dumps({"session_id": "s", "prompt": "x"})
     attrs = {"request_id": "r", "status_code": "200", "evil": "x" * 1000, "user_id": "u"}
-    asyncio.run(runner.process_message(QueueMessage(body=body, attributes=attrs)))
+    asyncio.run(runner.process_message(QueueMessage(body=body, attributes=attrs, group_id="s")))
     [reply] = replies(transport)
     assert set(reply.attributes) == {"request_id", "status_code", "user_id"}
+
+
+@pytest.mark.parametrize("group", ["other-session", None])
+def test_a_body_naming_another_session_than_its_group_is_refused(
+    transport: InMemoryTransport, runner: AgentRunner, group: str | None
+) -> None:
+    """The session is the message's group (its ordering key); the body must not redirect it."""
+    body = json.dumps({"session_id": "victim", "prompt": "x"})
+    message = QueueMessage(body=body, attributes={"request_id": "r"}, group_id=group)
+    asyncio.run(runner.process_message(message))
+    [reply] = replies(transport)
+    assert reply.attributes["status_code"] == "400"
+    assert json.loads(reply.body)["error"] == "SESSION_MISMATCH"
+    assert runner.sessions.read("victim").version == 0  # the turn never ran in "victim"
+
+
+def test_an_owned_turn_runs_under_its_scoped_group_and_no_other_identitys(
+    transport: InMemoryTransport, runner: AgentRunner
+) -> None:
+    """With an owner, the group is the session's scoped key: the body names the session the
+    client chose, and a group scoped to another identity is refused like any other mismatch."""
+    from agentkernel.pipeline.scoping import session_key
+
+    body = json.dumps({"session_id": "s1", "prompt": "x", "agent": "echo"})
+    mine = session_key("s1", "key:alice")
+    for rid, group in (("r1", mine), ("r2", session_key("s1", "key:bob"))):
+        attributes = {"request_id": rid, "user_id": "key:alice"}
+        message = QueueMessage(body=body, attributes=attributes, group_id=group)
+        asyncio.run(runner.process_message(message))
+    first, second = replies(transport)
+    assert json.loads(first.body).get("error") != "SESSION_MISMATCH"
+    assert json.loads(second.body)["error"] == "SESSION_MISMATCH"
+
+
+@pytest.mark.parametrize("queue", list(QueueName))
+def test_an_undecodable_message_is_answered_and_dead_lettered_once(
+    transport: InMemoryTransport, runner: AgentRunner, queue: QueueName
+) -> None:
+    store = InMemoryResponseStore()
+    handler = ResponseHandler(transport, store, QueuesConfig())
+    handling = runner.handling() if queue == QueueName.INPUT else handler.handling()
+    foreign = QueueMessage(
+        attributes={"request_id": "r"}, group_id="s", undecodable="body is not UTF-8"
+    )
+    transport.send(queue, foreign)
+    consumer = transport.create_consumer(queue)
+    [message] = consumer.fetch(1, 1.0)
+    asyncio.run(handling.begin(consumer, message))
+    handling.close()
+    if queue == QueueName.INPUT:
+        [reply] = replies(transport)
+        assert json.loads(reply.body)["error"] == "UNDECODABLE_MESSAGE"
+    else:
+        record = store.get("r")
+        assert record is not None and record.status_code == 500
+    assert transport.depth(queue) == 0 and transport.in_flight(queue) == 0
 
 
 @pytest.mark.parametrize(

@@ -53,7 +53,9 @@ def make_runner(turn_timeout: float | None = None) -> tuple[AgentRunner, InMemor
 
 def turn(agent: str, session: str = "s", **extra: Any) -> QueueMessage:
     body = {"session_id": session, "prompt": "p", "agent": agent, **extra}
-    return QueueMessage(body=json.dumps(body), attributes={ATTR_REQUEST_ID: f"r-{agent}"})
+    return QueueMessage(
+        body=json.dumps(body), attributes={ATTR_REQUEST_ID: f"r-{agent}"}, group_id=session
+    )
 
 
 def reply(transport: InMemoryTransport) -> tuple[str, dict[str, Any]]:

@@ -14,6 +14,7 @@ from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.bookkeeping import InMemoryBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaTransport
+from tests.foreign import KAFKA_KINDS, publish_kafka
 
 pytestmark = pytest.mark.kafka
 
@@ -46,6 +47,7 @@ class TestKafkaTransportContract(QueueTransportContract):
     # a timer; so there is nothing to expire, extend, or go stale.
     timeout_redelivery = False
     lease_extension = False
+    undecodable_kinds = KAFKA_KINDS
 
     @pytest.fixture(autouse=True)
     def _server(self, tansu_broker: Any) -> None:
@@ -53,6 +55,12 @@ class TestKafkaTransportContract(QueueTransportContract):
 
     def make_transport(self) -> QueueTransport:
         return KafkaTransport(kafka_settings(self.bootstrap), InMemoryBookkeepingStore())
+
+    def send_undecodable(
+        self, transport: QueueTransport, queue: QueueName, kind: str, group: str, request_id: str
+    ) -> str | None:
+        assert isinstance(transport, KafkaTransport)
+        return publish_kafka(transport, queue, kind, group, request_id)
 
 
 def test_missing_topics_fail_fast_naming_them(tansu_broker: Any) -> None:

@@ -21,6 +21,7 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
+from tests.foreign import NATS_KINDS, publish_nats
 from tests.servers import free_port
 
 pytestmark = pytest.mark.nats
@@ -57,6 +58,7 @@ class TestNatsTransportContract(QueueTransportContract):
     # JetStream acknowledges by stream sequence, so an ack sent with the handle of an earlier
     # delivery still acknowledges the redelivered copy; there is no delivery-scoped receipt.
     stale_handle_inert = False
+    undecodable_kinds = NATS_KINDS
 
     @pytest.fixture(autouse=True)
     def _server(self, nats_url: str) -> None:
@@ -68,6 +70,12 @@ class TestNatsTransportContract(QueueTransportContract):
     def distinct_groups(self, n: int) -> list[str]:
         # One message per partition is in flight, so parallel sessions need distinct partitions.
         return distinct_partition_groups(n, partitions=4)
+
+    def send_undecodable(
+        self, transport: QueueTransport, queue: QueueName, kind: str, group: str, request_id: str
+    ) -> str | None:
+        assert isinstance(transport, NatsTransport)
+        return publish_nats(transport, queue, kind, group, request_id)
 
 
 def distinct_partition_groups(n: int, partitions: int) -> list[str]:

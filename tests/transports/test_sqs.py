@@ -14,6 +14,7 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.sqs import SQSTransport, lease_param, wait_param
+from tests.foreign import NOT_UTF8, SQS_KINDS, publish_sqs
 
 pytestmark = pytest.mark.aws
 
@@ -60,9 +61,16 @@ class TestSQSTransportContract(QueueTransportContract):
     # the transport sets no position: a deleted message never comes back, so only a group's
     # latest turn can be delivered again, which the session record's id window recognises.
     positions = False
+    undecodable_kinds = SQS_KINDS
 
     def make_transport(self) -> QueueTransport:
         return fresh_transport(int(self.ack_wait))
+
+    def send_undecodable(
+        self, transport: QueueTransport, queue: QueueName, kind: str, group: str, request_id: str
+    ) -> str | None:
+        assert isinstance(transport, SQSTransport)
+        return publish_sqs(transport, queue, kind, group, request_id)
 
 
 @pytest.mark.usefixtures("aws")
@@ -97,6 +105,26 @@ class TestSQSSpecifics:
         assert consumer.fetch(1, 1) == []  # the next receive moves it to the DLQ
         moved = boto3.client("sqs").receive_message(QueueUrl=dlq, WaitTimeSeconds=1)
         assert [m["Body"] for m in moved.get("Messages", [])] == ["poison"]
+
+    def test_an_undecodable_message_is_copied_to_the_dlq_at_once(self) -> None:
+        """Handed back to the redrive policy, it would be delivered (and refused) again up to
+        maxReceiveCount times; it is copied to the DLQ, as it was, and deleted instead."""
+        tag = uuid.uuid4().hex[:10]
+        dlq = create_fifo(f"dlq-{tag}")
+        source = create_fifo(f"src-{tag}", visibility=1, redrive_to=dlq, max_receive=4)
+        transport = SQSTransport(source, create_fifo(f"o-{tag}"), wait_time_seconds=1)
+        publish_sqs(transport, QueueName.INPUT, "binary-attribute", "g", "r-1")
+        consumer = transport.create_consumer(QueueName.INPUT)
+        [foreign] = consumer.fetch(1, 1)
+        assert foreign.undecodable and foreign.attributes["request_id"] == "r-1"
+        consumer.dead_letter(foreign)
+        time.sleep(1.5)  # past the visibility timeout: a handed-back message would be back
+        assert consumer.fetch(1, 1) == []
+        moved = boto3.client("sqs").receive_message(
+            QueueUrl=dlq, WaitTimeSeconds=1, MessageAttributeNames=["All"]
+        )
+        [copy] = moved.get("Messages", [])
+        assert copy["MessageAttributes"]["user_id"]["BinaryValue"] == NOT_UTF8
 
     def test_factory_builds_sqs_from_the_guide_variables(
         self, monkeypatch: pytest.MonkeyPatch

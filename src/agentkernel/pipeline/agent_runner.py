@@ -14,7 +14,9 @@ idempotency key.
 Outcomes of a turn:
 
 - success: reply ``200 {"result", "session_id", "request_id", "agent"}``, state committed;
-- bad request on the queue (not JSON, missing fields): reply 400, not retried;
+- bad request on the queue (not JSON, missing fields, a ``session_id`` other than the
+  message's group): reply 400, not retried; a message the transport could not decode: reply 400
+  ``UNDECODABLE_MESSAGE`` when its request id is readable, then dead-lettered;
 - unknown agent: reply 404; the agent raised: reply 500 ``AGENT_ERROR``, committed (so it is
   not run again) with the state left as it was;
 - a reply the broker can never carry: 500 ``REPLY_TOO_LARGE``, state left as it was;
@@ -69,6 +71,7 @@ from agentkernel.pipeline.replies import (
     error_doc,
     first_error,
     reply_attributes,
+    session_mismatch,
     session_of,
 )
 from agentkernel.pipeline.scoping import session_key
@@ -141,7 +144,11 @@ class AgentRunner(QueueConsumer):
             isolate_last_attempt=self.runner.isolate_last_attempt,
         )
         return MessageHandling(
-            self.process_message, self.on_permanent_failure, queue=QueueName.INPUT, policy=policy
+            self.process_message,
+            self.on_permanent_failure,
+            queue=QueueName.INPUT,
+            policy=policy,
+            on_undecodable=self.on_undecodable,
         )
 
     def consumer_loop(self, stop: threading.Event | None = None) -> ConsumerLoop:
@@ -173,6 +180,11 @@ class AgentRunner(QueueConsumer):
             body = ChatTurnBody.model_validate_json(message.body)
         except ValidationError as exc:
             doc = error_doc("INVALID_REQUEST", first_error(exc), message.group_id or "", request_id)
+            await self._reply(message, 400, doc)
+            return
+        if (refusal := session_mismatch(message, body)) is not None:
+            logger.error("refusing INPUT message %s: %s", message.message_id, refusal)
+            doc = error_doc("SESSION_MISMATCH", refusal, message.group_id or "", request_id)
             await self._reply(message, 400, doc)
             return
         try:
@@ -223,6 +235,13 @@ class AgentRunner(QueueConsumer):
         status, doc, state = await execute(agent, turn, stream, self.runner.turn_timeout)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, state)
+
+    async def on_undecodable(self, message: QueueMessage) -> None:
+        """Answer 400 a message the transport could not decode, when its request id is known."""
+        if request_id := message.attributes.get(ATTR_REQUEST_ID):
+            text = f"the message could not be decoded: {message.undecodable}"
+            doc = error_doc("UNDECODABLE_MESSAGE", text, message.group_id or "", request_id)
+            await self._reply(message, 400, doc)
 
     async def on_permanent_failure(self, message: QueueMessage) -> None:
         request_id = message.attributes.get(ATTR_REQUEST_ID)

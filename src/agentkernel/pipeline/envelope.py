@@ -48,6 +48,10 @@ class QueueMessage(BaseModel):
         position: where the broker delivered it from (its ordering unit and monotonic
             sequence there), set by the transport on received messages; ``None`` when the
             broker has no such order (SQS standard queues). Never serialised.
+        undecodable: why the transport could not decode what the broker delivered (a body or
+            header that is not UTF-8, an envelope that is not ours), or ``None``. Such a message
+            carries only what could be read (often a ``request_id``) and is never processed:
+            the message handling answers it if it can and dead-letters it.
         native: the transport's handle for ack/nack; never serialised.
     """
 
@@ -60,4 +64,5 @@ class QueueMessage(BaseModel):
     receive_count: int = 1
     message_id: str | None = None
     position: Position | None = Field(default=None, exclude=True)
+    undecodable: str | None = None
     native: Any = Field(default=None, exclude=True, repr=False)

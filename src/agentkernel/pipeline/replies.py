@@ -21,6 +21,7 @@ from agentkernel.pipeline.envelope import (
     ATTR_USER_ID,
     QueueMessage,
 )
+from agentkernel.pipeline.scoping import session_key
 
 FORWARDED_ATTRIBUTES = (
     ATTR_USER_ID,
@@ -60,6 +61,21 @@ def session_of(message: QueueMessage) -> str:
     except (ValueError, AttributeError):
         session = None
     return str(session or message.group_id or "")
+
+
+def session_mismatch(message: QueueMessage, body: ChatTurnBody) -> str | None:
+    """Why a turn cannot run in the session its body names, or ``None`` when it can.
+
+    The session is the message's group: its ordering key, which the broker serialises on (the
+    session's key scoped by its owner, :func:`~agentkernel.pipeline.scoping.session_key`). A
+    body naming another session (or a message without a group) would run outside that order,
+    in a session whose turns the broker does not hold back meanwhile.
+    """
+    if message.group_id is None:
+        return "the message has no group (its session's ordering key)"
+    if message.group_id != session_key(body.session_id, message.attributes.get(ATTR_USER_ID)):
+        return "the body's session_id is not the message's group (its session's ordering key)"
+    return None
 
 
 def first_error(exc: ValidationError) -> str:

@@ -5,8 +5,9 @@ the status from the ``status_code`` attribute; one with a ``chunk_index`` attrib
 of a streamed reply and is kept beside it for streaming clients. While the store is down,
 messages are delivered again with a growing delay (the consumer loop's back-off); a message that
 exhausted its deliveries is still stored as the reply it carries, so an outage longer than the
-retries only delays replies. A message that cannot be decoded is answered with an error record,
-so a waiting caller is never left hanging.
+retries only delays replies. A message that cannot be decoded (a body that is not a JSON
+object, or one the transport could not decode at all) is answered with an error record when its
+request id is known, so a waiting caller is never left hanging.
 """
 
 from __future__ import annotations
@@ -86,7 +87,12 @@ class ResponseHandler(QueueConsumer):
         if on_event_loop:
             process, failure = nonblocking_async(process), nonblocking_async(failure)
         policy = HandlingPolicy(max_receive_count=self.queues.output.max_receive_count)
-        return MessageHandling(process, failure, queue=QueueName.OUTPUT, policy=policy)
+        undecodable: Handler = self.on_undecodable
+        if on_event_loop:
+            undecodable = nonblocking_async(undecodable)
+        return MessageHandling(
+            process, failure, queue=QueueName.OUTPUT, policy=policy, on_undecodable=undecodable
+        )
 
     def consumer_loop(
         self, stop: threading.Event | None = None, drain_timeout: float = DRAIN_TIMEOUT_SECONDS
@@ -167,6 +173,16 @@ class ResponseHandler(QueueConsumer):
         else:
             self.store.put(record)
             return
+        self._put_error(message, request_id)
+
+    def on_undecodable(self, message: QueueMessage) -> None:
+        """Store an error record for a message the transport could not decode, if it names a
+        request (not a chunk: the turn's final reply is still to come)."""
+        request_id = message.attributes.get(ATTR_REQUEST_ID)
+        if request_id and ATTR_CHUNK_INDEX not in message.attributes:
+            self._put_error(message, request_id)
+
+    def _put_error(self, message: QueueMessage, request_id: str) -> None:
         session_id = message.group_id or ""
         doc = {
             "error": "DELIVERY_FAILED",

@@ -74,6 +74,9 @@ class MessageHandling:
             raising ``StoreUnavailableError`` calls it again in place instead (the hook too).
         on_permanent_failure: runs for a message delivered more than ``max_receive_count``
             times, before it is dead-lettered; sync or ``async``. Raising leaves it queued.
+        on_undecodable: runs for a message the transport could not decode (its
+            ``undecodable`` reason is set), before it is dead-lettered, to answer its caller
+            when its request id is known; sync or ``async``. Default: only dead-letter it.
         queue: the queue's name, for logs and metrics.
         policy: the delivery policy.
     """
@@ -85,11 +88,13 @@ class MessageHandling:
         *,
         queue: str = "queue",
         policy: HandlingPolicy | None = None,
+        on_undecodable: Handler | None = None,
     ) -> None:
         self.queue = str(queue)
         self.policy = policy if policy is not None else HandlingPolicy()
         self._process = as_async(process)
         self._on_permanent_failure = as_async(on_permanent_failure)
+        self._on_undecodable = None if on_undecodable is None else as_async(on_undecodable)
         #: ``process`` runs on the event loop, so many messages can be in flight at once.
         self.is_async = is_async_callable(process)
         self._stops: list[threading.Event] = [threading.Event()]
@@ -152,7 +157,7 @@ class MessageHandling:
             holding: called when the message stops running and only waits out its redelivery
                 delay here (the caller may free its processing place).
         """
-        if self._isolation is not None and self._suspect(message):
+        if self._isolation is not None and self._suspect(message) and not message.undecodable:
             self._isolation.admit()
         return self._handle(consumer, message, holding)
 
@@ -205,7 +210,9 @@ class MessageHandling:
         self, consumer: TransportConsumer, message: QueueMessage, holding: Callable[[], None]
     ) -> None:
         try:
-            if message.receive_count > self.policy.max_receive_count:
+            if message.undecodable is not None:
+                await self._refuse(consumer, message)
+            elif message.receive_count > self.policy.max_receive_count:
                 await self._run(self._on_permanent_failure, message)
                 self._untrack(message)
                 await call(consumer.nonblocking, consumer.dead_letter, message)
@@ -217,6 +224,27 @@ class MessageHandling:
         except Exception as exc:
             self._log_failure(message, exc)
             await self._redelivery.give_back(consumer, message, holding)
+
+    async def _refuse(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+        """A message the transport could not decode: answer its caller if known, dead-letter it.
+
+        Never processed nor handed back: no delivery can make it readable, and each one would
+        hold its group (and, on a partitioned broker, every session beside it) for a lease.
+        """
+        METRICS.inc("agentkernel_undecodable_messages_total", queue=self.queue)
+        logger.error(
+            "undecodable message %s on %s (request %s, delivery %s): %s; dead-lettering it",
+            message.message_id,
+            self.queue,
+            message.attributes.get(ATTR_REQUEST_ID, "-"),
+            message.receive_count,
+            message.undecodable,
+        )
+        if self._on_undecodable is not None:
+            hook = self._on_undecodable
+            await self._outage.call(message, functools.partial(hook, message))
+        self._untrack(message)
+        await call(consumer.nonblocking, consumer.dead_letter, message)
 
     async def _run(
         self, fn: Callable[[QueueMessage], Awaitable[Any]], message: QueueMessage

@@ -109,5 +109,10 @@ METRICS.describe(
 METRICS.describe(
     "agentkernel_permanent_failures_total", "counter", "Messages that exhausted their deliveries."
 )
+METRICS.describe(
+    "agentkernel_undecodable_messages_total",
+    "counter",
+    "Messages the transport could not decode, dead-lettered unprocessed, by queue.",
+)
 METRICS.describe("agentkernel_queue_depth", "gauge", "Messages waiting on a queue (when known).")
 METRICS.describe("agentkernel_http_requests_total", "counter", "HTTP chat requests by status.")

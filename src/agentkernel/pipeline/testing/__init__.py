@@ -12,6 +12,10 @@ pytest collects every case::
 Capability flags declare a guarantee the broker cannot give; set one to ``False`` only with a
 comment saying why. The cases that check a declared-off capability are removed from that
 subclass's suite (they are not skipped: nothing is silently passed over at run time).
+A transport lists in ``undecodable_kinds`` what can be published to its broker that it cannot
+decode, and publishes each kind natively in ``send_undecodable``; the cases check that such a
+message is handed out marked ``undecodable``, delays nothing beside it, and once dead-lettered
+never comes back.
 Time-dependent cases call :meth:`advance`, which sleeps by default and which an in-process
 transport may override to move a fake clock instead.
 

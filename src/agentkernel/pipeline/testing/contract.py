@@ -11,11 +11,11 @@ import pytest
 
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.testing.fixtures import ContractFixtures
+from agentkernel.pipeline.testing.foreign import UndecodableCases
 from agentkernel.pipeline.transport.base import QueueTransport
 
 
-class QueueTransportContract(ContractFixtures):
+class QueueTransportContract(UndecodableCases):
     """Test cases for a :class:`QueueTransport`; see :mod:`agentkernel.pipeline.testing`."""
 
     #: Lease (visibility timeout / ack wait) the transport under test was configured with, s.
@@ -63,6 +63,10 @@ class QueueTransportContract(ContractFixtures):
         ),
         "delayed_nack": ("test_nack_later_redelivers_after_the_delay",),
         "positions": ("test_positions_rise_within_a_group_and_stay_on_redelivery",),
+        "undecodable_kinds": (
+            "test_an_undecodable_message_neither_blocks_nor_returns",
+            "test_the_handling_dead_letters_an_undecodable_message_once",
+        ),
     }
 
     def __init_subclass__(cls, **kwargs: object) -> None:

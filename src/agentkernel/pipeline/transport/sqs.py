@@ -4,7 +4,9 @@ Mapping: ``group_id`` -> ``MessageGroupId`` (one in flight per group, natively),
 ``dedup_id`` -> ``MessageDeduplicationId`` (SQS's fixed 5-minute window), attributes -> String
 message attributes, ``ApproximateReceiveCount`` -> ``receive_count``, lease -> visibility timeout
 (``nack`` sets it to 0, ``extend_lease`` restarts it). ``dead_letter`` hands the message back to
-the queue's redrive policy when it has one (so SQS moves it to the DLQ), and deletes it otherwise.
+the queue's redrive policy when it has one (so SQS moves it to the DLQ), and deletes it otherwise;
+a message that cannot be decoded (a binary attribute that is not UTF-8) is copied to that DLQ at
+once and deleted, so it is not delivered again before SQS would move it.
 
 Limits are checked before sending: at most 10 attributes and 256 KiB per message. SQS rejects
 empty attribute values, so an empty value travels with the custom data type ``String.empty``.
@@ -14,6 +16,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import json
 import logging
 import math
 import threading
@@ -89,15 +92,24 @@ def encode_attributes(attributes: dict[str, str]) -> dict[str, dict[str, str]]:
     }
 
 
-def decode_attributes(raw: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """SQS message attributes back to plain strings."""
+def decode_attributes(
+    raw: dict[str, dict[str, Any]], defects: list[str] | None = None
+) -> dict[str, str]:
+    """SQS message attributes back to plain strings.
+
+    A binary attribute that is not UTF-8 is left out and noted in ``defects`` (when given).
+    """
     out = {}
     for name, attr in raw.items():
         kind = attr.get("DataType", "String")
         if kind == EMPTY_TYPE:
             out[name] = ""
         elif kind.startswith("Binary"):
-            out[name] = bytes(attr.get("BinaryValue", b"")).decode()
+            try:
+                out[name] = bytes(attr.get("BinaryValue", b"")).decode()
+            except UnicodeDecodeError:
+                if defects is not None:
+                    defects.append(f"binary attribute {name!r} is not UTF-8")
         else:
             out[name] = str(attr.get("StringValue", ""))
     return out
@@ -215,9 +227,11 @@ class SQSConsumer(TransportConsumer):
         self._override = None if override is None else lease_param(override)
         queue_lease = float(attrs.get("VisibilityTimeout", 30))
         self._lease = float(self._override) if self._override is not None else queue_lease
-        self._has_redrive = bool(attrs.get("RedrivePolicy"))
+        self._redrive = str(attrs.get("RedrivePolicy") or "")
+        self._dlq_url: str | None = None
         self._client = _client(transport.region_name, transport.endpoint_url)
         self._received: dict[str, float] = {}  # receipt handle -> when it was received
+        self._undecodable: dict[str, dict[str, Any]] = {}  # receipt handle -> raw message
         self._closed = False
 
     @property
@@ -243,6 +257,9 @@ class SQSConsumer(TransportConsumer):
         with _queue_errors("receive_message", self._url):
             reply = self._client.receive_message(**kwargs)
         messages = [self._decode(raw) for raw in reply.get("Messages", [])]
+        for m, raw in zip(messages, reply.get("Messages", []), strict=True):
+            if m.undecodable:
+                self._undecodable[m.native] = raw
         now = time.monotonic()
         self._received.update((m.native, now) for m in messages)
         if not messages and kwargs["WaitTimeSeconds"] == 0 and wait_seconds > 0:
@@ -252,9 +269,11 @@ class SQSConsumer(TransportConsumer):
     @staticmethod
     def _decode(raw: dict[str, Any]) -> QueueMessage:
         system = raw.get("Attributes", {})
+        defects: list[str] = []
         return QueueMessage(
             body=raw.get("Body", ""),
-            attributes=decode_attributes(raw.get("MessageAttributes", {})),
+            attributes=decode_attributes(raw.get("MessageAttributes", {}), defects),
+            undecodable="; ".join(defects) or None,
             group_id=system.get("MessageGroupId"),
             dedup_id=system.get("MessageDeduplicationId"),
             receive_count=int(system.get("ApproximateReceiveCount", 1)),
@@ -264,10 +283,12 @@ class SQSConsumer(TransportConsumer):
 
     def ack(self, message: QueueMessage) -> None:
         self._received.pop(message.native, None)
+        self._undecodable.pop(message.native, None)
         self._call("delete_message", message, ReceiptHandle=message.native)
 
     def nack(self, message: QueueMessage) -> None:
         self._received.pop(message.native, None)
+        self._undecodable.pop(message.native, None)
         self._call(
             "change_message_visibility", message, ReceiptHandle=message.native, VisibilityTimeout=0
         )
@@ -295,11 +316,35 @@ class SQSConsumer(TransportConsumer):
         )
 
     def dead_letter(self, message: QueueMessage) -> None:
-        """Let the queue's redrive policy move it to the DLQ; without one, delete it."""
-        if self._has_redrive:
+        """Let the queue's redrive policy move it to the DLQ; without one, delete it.
+
+        An undecodable message is copied to the DLQ now: handed back, it would be delivered
+        (and refused) again until SQS moved it.
+        """
+        raw = self._undecodable.get(message.native)
+        if raw is not None and self._redrive:
+            self._copy_to_dlq(raw)
+        if self._redrive and raw is None:
             self.nack(message)
         else:
             self.ack(message)
+
+    def _copy_to_dlq(self, raw: dict[str, Any]) -> None:
+        if self._dlq_url is None:
+            arn = str(json.loads(self._redrive)["deadLetterTargetArn"])
+            _, _, _, _, account, name = arn.split(":", 5)
+            with _errors(f"SQS get_queue_url of {name}"):
+                reply = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)
+            self._dlq_url = str(reply["QueueUrl"])
+        system = raw.get("Attributes", {})
+        kwargs: dict[str, Any] = {"QueueUrl": self._dlq_url, "MessageBody": raw.get("Body", "")}
+        if attributes := raw.get("MessageAttributes"):
+            kwargs["MessageAttributes"] = attributes
+        if self._dlq_url.endswith(".fifo"):
+            kwargs["MessageGroupId"] = system.get("MessageGroupId") or "undecodable"
+            kwargs["MessageDeduplicationId"] = raw["MessageId"]
+        with _errors(f"SQS send_message on {redact_url(self._dlq_url)}"):
+            self._client.send_message(**kwargs)
 
     def _call(self, operation: str, message: QueueMessage, **kwargs: Any) -> None:
         try:

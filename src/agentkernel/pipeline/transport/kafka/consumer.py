@@ -18,7 +18,13 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.kafka.errors import kafka_errors
 from agentkernel.pipeline.transport.kafka.identity import unit_of
-from agentkernel.pipeline.transport.kafka.partitions import Entry, Partition, advance, message_of
+from agentkernel.pipeline.transport.kafka.partitions import (
+    Entry,
+    Partition,
+    advance,
+    message_of,
+    order_key,
+)
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.kafka.transport import KafkaTransport
@@ -151,8 +157,7 @@ class KafkaConsumer(TransportConsumer):
                 part = self._parts.get(record.partition())
                 if part is None or record.offset() < part.next_offset:
                     continue  # revoked meanwhile, or already buffered
-                key = record.key().decode() if record.key() is not None else f"\0{record.offset()}"
-                part.entries.append(Entry(record.offset(), key, record, part))
+                part.entries.append(Entry(record.offset(), order_key(record), record, part))
                 part.next_offset = record.offset() + 1
             if records:
                 self._lock.notify_all()
@@ -369,7 +374,8 @@ class KafkaConsumer(TransportConsumer):
     def dead_letter(self, message: QueueMessage) -> None:
         """Copy the record to ``<topic><dlq_suffix>`` with an ``ak-error`` header, then commit."""
         record = message.native.record
-        headers = [*(record.headers() or []), ("ak-error", b"exceeded max_receive_count")]
+        reason = message.undecodable or "exceeded max_receive_count"
+        headers = [*(record.headers() or []), ("ak-error", reason.encode())]
         dlq = self._topic + self._transport.settings.dlq_suffix
         self._transport.produce(dlq, record.value() or b"", record.key(), headers)
         self.ack(message)

@@ -52,29 +52,66 @@ def advance(part: Partition) -> int:
     return part.entries[0].offset if part.entries else part.next_offset
 
 
+def order_key(record: Any) -> str:
+    """The key a record is ordered by: its session, or a key of its own when it has none.
+
+    A key that is not UTF-8 still orders its records (by its bytes, apart from every session).
+    """
+    key = record.key()
+    if key is None:
+        return f"\0{record.offset()}"
+    try:
+        return str(key.decode())
+    except UnicodeDecodeError:
+        return f"\0{key!r}"
+
+
 def message_of(entry: Entry, books: BookkeepingStore, window: float) -> QueueMessage | None:
-    """The message of a picked record; ``None`` for a duplicate or a record already finished."""
+    """The message of a picked record; ``None`` for a duplicate or a record already finished.
+
+    A record that cannot be decoded (a key, header or value that is not UTF-8) comes out marked
+    ``undecodable`` with what could be read, for the handling to dead-letter.
+    """
     part, record = entry.owner, entry.record
     position = f"{part.topic}:{part.number}:{entry.offset}"
+    fields = _Fields()
     headers = {k: v for k, v in (record.headers() or [])}
-    dedup = headers.get(DEDUP_HEADER)
-    if dedup is not None and not books.claim_dedup(dedup.decode(), position, window):
+    dedup = fields.text("the dedup header", headers.get(DEDUP_HEADER))
+    if dedup is not None and not books.claim_dedup(dedup, position, window):
         return None  # a duplicate of a record already accepted
     count = books.start_delivery(part.books_key, entry.offset)
     if count == 0:
         logger.info("skipping %s: finished before a crash or rebalance", position)
         return None
+    attributes = {
+        k.removeprefix(ATTR_PREFIX): fields.text(f"header {k!r}", v) or ""
+        for k, v in headers.items()
+        if k.startswith(ATTR_PREFIX)
+    }
     return QueueMessage(
-        body=record.value().decode() if record.value() is not None else "",
-        attributes={
-            k.removeprefix(ATTR_PREFIX): v.decode()
-            for k, v in headers.items()
-            if k.startswith(ATTR_PREFIX)
-        },
-        group_id=record.key().decode() if record.key() is not None else None,
-        dedup_id=dedup.decode() if dedup is not None else None,
+        body=fields.text("the value", record.value()) or "",
+        attributes=attributes,
+        group_id=fields.text("the key", record.key()),
+        dedup_id=dedup,
         receive_count=count,
         message_id=position,
         position=None if part.unit is None else Position(part.unit, entry.offset),
+        undecodable="; ".join(fields.defects) or None,
         native=entry,
     )
+
+
+class _Fields:
+    """Decodes a record's bytes, noting each field that is not UTF-8 instead of raising."""
+
+    def __init__(self) -> None:
+        self.defects: list[str] = []
+
+    def text(self, what: str, raw: bytes | None) -> str | None:
+        if raw is None:
+            return None
+        try:
+            return raw.decode()
+        except UnicodeDecodeError:
+            self.defects.append(f"{what} is not UTF-8")
+            return None

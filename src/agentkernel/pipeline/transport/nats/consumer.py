@@ -10,7 +10,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import functools
-import itertools
 import json
 import logging
 import time
@@ -18,13 +17,11 @@ from collections import deque
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
-from nats.errors import Error as NatsError
-
 from agentkernel.core.errors import TransportClosedError, TransportError
-from agentkernel.pipeline.consumer.redelivery import backoff
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.nats.acks import CLIENT_ERRORS, Acks, message_id
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, decode_envelope
 from agentkernel.pipeline.transport.nats.pull import Pull
 
@@ -47,12 +44,6 @@ HOLD_SECONDS = 2.0
 IDLE_SECONDS = 0.5
 REFRESH_AFTER_SECONDS = 1.0
 NO_WAIT_PROBE = json.dumps({"batch": 1, "no_wait": True}).encode()
-#: Seconds an ack waits for the server's confirmation (at most ``request_timeout``); an ack not
-#: confirmed is sent again after a delay doubling up to the maximum, while the lease lasts.
-ACK_TIMEOUT_SECONDS = 2.0
-ACK_RETRY_SECONDS = 0.5
-MAX_ACK_RETRY_SECONDS = 5.0
-CLIENT_ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
 
 
 class NatsConsumer(TransportConsumer):
@@ -94,7 +85,6 @@ class NatsConsumer(TransportConsumer):
         self._held: deque[tuple[float, Any]] = deque()  # received, not yet handed out
         self._hold_limit = min(HOLD_SECONDS, self._settings.ack_wait / 3)
         self._retiring: set[asyncio.Task[None]] = set()
-        self._acking: set[asyncio.Task[None]] = set()  # acks sent, confirmation not yet in
         self._inbox: Pull | None = None  # the inbox every request replies to, across fetches
         self._idle_timer: asyncio.TimerHandle | None = None
         self._release_timer: asyncio.TimerHandle | None = None
@@ -104,6 +94,7 @@ class NatsConsumer(TransportConsumer):
         self._answer_seconds = INITIAL_ANSWER_SECONDS
         self._fetching_stopped = False
         self._closed = False
+        self._acks = Acks(self._settings, self._nc, self._retiring, lambda: self._closed)
 
     @property
     def lease_seconds(self) -> float:
@@ -132,7 +123,7 @@ class NatsConsumer(TransportConsumer):
         for received_at, msg in arrived:
             age = now - received_at
             if age >= self._settings.ack_wait:
-                logger.debug("dropping %s: held past its lease", _message_id(msg))
+                logger.debug("dropping %s: held past its lease", message_id(msg))
                 continue  # its lease ran out while it waited here: the server redelivered it
             message = self._decode(msg)
             if age > REFRESH_AFTER_SECONDS:
@@ -143,8 +134,8 @@ class NatsConsumer(TransportConsumer):
     # -- pulling (on the connection's loop) ----------------------------------------------------
 
     async def _fetch(self, batch: int, wait: float) -> list[tuple[float, Any]]:
-        if self._acking:  # the partitions of acked messages free before they are probed
-            await asyncio.wait(set(self._acking), timeout=self._settings.request_timeout)
+        if self._acks.pending:  # the partitions of acked messages free before they are probed
+            await asyncio.wait(set(self._acks.pending), timeout=self._settings.request_timeout)
         if not self._held and not self._closed and not self._fetching_stopped:
             await self._pull(batch, wait)
         out: list[tuple[float, Any]] = []
@@ -273,7 +264,7 @@ class NatsConsumer(TransportConsumer):
 
     def _hold(self, msg: Any) -> None:
         if logger.isEnabledFor(logging.DEBUG):  # the id is parsed from the reply subject
-            logger.debug("received %s", _message_id(msg))
+            logger.debug("received %s", message_id(msg))
         self._held.append((time.monotonic(), msg))
         if self._closed:
             self._release(lambda _: True)
@@ -294,7 +285,7 @@ class NatsConsumer(TransportConsumer):
         while self._held and due(self._held[0][0]):
             received_at, msg = self._held.popleft()
             if time.monotonic() - received_at < self._settings.ack_wait:  # else redelivered
-                logger.info("giving back %s: no fetch asked for it", _message_id(msg))
+                logger.info("giving back %s: no fetch asked for it", message_id(msg))
                 task = asyncio.ensure_future(_nak(msg))
                 self._retiring.add(task)
                 task.add_done_callback(self._retiring.discard)
@@ -302,17 +293,28 @@ class NatsConsumer(TransportConsumer):
     # -- messages ------------------------------------------------------------------------------
 
     def _decode(self, msg: Any) -> QueueMessage:
-        headers = msg.headers or {}
-        group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
-        meta = msg.metadata
+        """The message; one that cannot be decoded comes out marked ``undecodable``, with what
+        could be read, so the fetch goes on and the handling dead-letters it."""
+        headers, meta, defects = msg.headers or {}, msg.metadata, []
+        try:
+            group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
+        except ValueError as exc:
+            group, attributes = None, {}
+            defects.append(str(exc))
+        try:
+            body = msg.data.decode()
+        except UnicodeDecodeError:
+            body = ""
+            defects.append("body is not UTF-8")
         return QueueMessage(
-            body=msg.data.decode(),
+            body=body,
             attributes=attributes,
             group_id=group,
             dedup_id=headers.get("Nats-Msg-Id"),
             receive_count=int(meta.num_delivered),
             message_id=f"{self._stream}:{meta.sequence.stream}",
             position=Position(self._unit, int(meta.sequence.stream)),
+            undecodable="; ".join(defects) or None,
             native=msg,
         )
 
@@ -323,56 +325,9 @@ class NatsConsumer(TransportConsumer):
             TransportError: the connection's loop is gone (the transport was reset).
         """
         try:
-            self._loop.call_soon_threadsafe(self._send_ack, message.native)
+            self._loop.call_soon_threadsafe(self._acks.send, message.native)
         except RuntimeError as exc:
             raise TransportError(f"NATS connection of {self._stream} is closed") from exc
-
-    def _send_ack(self, msg: Any) -> None:
-        task = asyncio.ensure_future(self._confirm_ack(msg))
-        self._acking.add(task)
-        task.add_done_callback(self._acking.discard)
-
-    async def _confirm_ack(self, msg: Any) -> None:
-        loop = asyncio.get_running_loop()
-        # The lease was extended at most ack_wait / 3 ago (while the turn ran), so at least two
-        # thirds of it are left: an ack confirmed before then acknowledges this delivery.
-        give_up = loop.time() + self._settings.ack_wait * 2 / 3
-        try:
-            await msg.ack_sync(timeout=self._ack_timeout(give_up))
-        except CLIENT_ERRORS as exc:  # kept trying apart: fetches do not wait for those
-            task = asyncio.ensure_future(self._ack_again(msg, exc, give_up))
-            self._retiring.add(task)
-            task.add_done_callback(self._retiring.discard)
-
-    async def _ack_again(self, msg: Any, exc: Exception, give_up: float) -> None:
-        """Ack until the server confirms it, while the message's lease lasts.
-
-        An ack lost to a server restart would otherwise hold the message's partition, and every
-        session on it, for a whole ``ack_wait``: JetStream keeps the message pending and
-        redelivers it only then.
-        """
-        loop = asyncio.get_running_loop()
-        for attempt in itertools.count():
-            delay = backoff(ACK_RETRY_SECONDS, MAX_ACK_RETRY_SECONDS, attempt)
-            if self._closed or self._nc.is_closed or loop.time() + delay >= give_up:
-                logger.warning(  # as if lost: the lease runs out and it comes again
-                    "ack of %s was not confirmed (%r); it is delivered again after its lease",
-                    _message_id(msg),
-                    exc,
-                )
-                return
-            await asyncio.sleep(delay)
-            try:
-                await msg.ack_sync(timeout=self._ack_timeout(give_up))
-            except CLIENT_ERRORS as again:
-                exc = again
-                continue
-            logger.info("ack of %s confirmed on try %s", _message_id(msg), attempt + 2)
-            return
-
-    def _ack_timeout(self, give_up: float) -> float:
-        left = give_up - asyncio.get_running_loop().time()
-        return max(min(self._settings.request_timeout, ACK_TIMEOUT_SECONDS, left), 0.1)
 
     def nack(self, message: QueueMessage) -> None:
         delay = self._settings.retry_backoff or None
@@ -384,8 +339,15 @@ class NatsConsumer(TransportConsumer):
         return True
 
     def dead_letter(self, message: QueueMessage) -> None:
-        """Terminate redelivery of the message."""
-        self._transport.run(message.native.term())
+        """Terminate redelivery of the message, and wait for the server to confirm it.
+
+        Unconfirmed, the next fetch may probe the partition before the server processed the
+        termination: the probe then waits as if the message were still in flight, and a
+        termination (unlike an ack or a nak) does not serve waiting requests, so the partition
+        would stall until the request is cancelled.
+        """
+        msg = message.native
+        self._transport.run(self._nc.request(msg.reply, b"+TERM", self._settings.request_timeout))
 
     def extend_lease(self, message: QueueMessage) -> None:
         self._transport.run(message.native.in_progress())
@@ -431,8 +393,8 @@ class NatsConsumer(TransportConsumer):
         if self._release_timer is not None:
             self._release_timer.cancel()
         await self._stop_pulling()
-        if self._acking:
-            await asyncio.wait(set(self._acking), timeout=self._settings.request_timeout)
+        if self._acks.pending:
+            await asyncio.wait(set(self._acks.pending), timeout=self._settings.request_timeout)
         if self._retiring:  # pull inboxes drained: nothing more can arrive
             await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
         self._release(lambda _: True)
@@ -440,12 +402,6 @@ class NatsConsumer(TransportConsumer):
             await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
         with contextlib.suppress(*CLIENT_ERRORS):  # the naks reach the server before we return
             await self._nc.flush(self._settings.request_timeout)
-
-
-def _message_id(msg: Any) -> str:
-    with contextlib.suppress(Exception):
-        return f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
-    return "?"
 
 
 async def _nak(msg: Any) -> None:

@@ -38,7 +38,8 @@ from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
-from agentkernel.pipeline.transport.nats.consumer import CLIENT_ERRORS, NatsConsumer
+from agentkernel.pipeline.transport.nats.acks import CLIENT_ERRORS
+from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
 from agentkernel.pipeline.transport.nats.provision import UNLIMITED, Provisioner
 from agentkernel.pipeline.transport.nats.watch import Watch
