@@ -11,20 +11,8 @@ committed is not run again: its committed reply is sent again. Delivery stays at
 an agent's own side effects (a payment, an e-mail) should use ``turn.request_id`` as their
 idempotency key.
 
-Outcomes of a turn:
-
-- success: reply ``200 {"result", "session_id", "request_id", "agent"}``, state committed;
-- bad request on the queue (not JSON, missing fields, a ``session_id`` other than the
-  message's group): reply 400, not retried; a message the transport could not decode: reply 400
-  ``UNDECODABLE_MESSAGE`` when its request id is readable, then dead-lettered;
-- unknown agent: reply 404; the agent raised: reply 500 ``AGENT_ERROR``, committed (so it is
-  not run again) with the state left as it was;
-- a reply the broker can never carry: 500 ``REPLY_TOO_LARGE``, state left as it was;
-- the agent raised :class:`RetryableError`, or the commit or the reply failed: the message is
-  delivered again, and after ``max_receive_count`` deliveries the caller gets 500
-  ``TURN_FAILED``;
-- the session store lost its data (:class:`StoreDataLostError`): reply 503 ``STORE_DATA_LOST``,
-  nothing run or committed, rather than a turn run on an empty session.
+Each outcome of a turn (its reply, and whether it is committed) is in the table of
+docs/architecture.md, "A turn's effects happen once".
 """
 
 from __future__ import annotations
@@ -35,7 +23,6 @@ import functools
 import json
 import logging
 import threading
-from collections import OrderedDict
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -56,7 +43,6 @@ from agentkernel.pipeline.consumer.isolation import LastAttempt
 from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
 from agentkernel.pipeline.envelope import (
     ATTR_REQUEST_ID,
-    ATTR_STATUS_CODE,
     ATTR_STREAM,
     ATTR_TRACEPARENT,
     ATTR_USER_ID,
@@ -64,13 +50,14 @@ from agentkernel.pipeline.envelope import (
     QueueName,
 )
 from agentkernel.pipeline.execution import Streamer, execute
+from agentkernel.pipeline.last_errors import LastErrors
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.replies import (
     ChatTurnBody,
     error_doc,
     first_error,
-    reply_attributes,
+    reply_message,
     session_mismatch,
     session_of,
 )
@@ -117,7 +104,7 @@ class AgentRunner(QueueConsumer):
         self.last_attempt = LastAttempt(
             self.runner.isolate_last_attempt, self.queues.input.max_receive_count
         )
-        self._last_errors = _LastErrors()
+        self._last_errors = LastErrors()
         self._log = RateLimitedLog(logger)
 
     # -- entry points ----------------------------------------------------------------------
@@ -390,46 +377,18 @@ class AgentRunner(QueueConsumer):
         outcome = TurnOutcome(doc["request_id"], status, json.dumps(doc))
         await self._send(message, doc.get("session_id") or "", outcome)
 
-    reply_attributes = staticmethod(reply_attributes)
-
     def _streamer(self, message: QueueMessage, turn: Turn) -> Streamer:
         return Streamer(self.transport, message, turn)
 
     async def _send(self, message: QueueMessage, session_id: str, outcome: TurnOutcome) -> None:
-        request_id = outcome.request_id
-        attributes = self.reply_attributes(message, request_id)
-        attributes[ATTR_STATUS_CODE] = str(outcome.status_code)
-        if self.stream_all:
-            attributes[ATTR_STREAM] = "1"
-        reply = QueueMessage(
-            body=outcome.body,
-            attributes=attributes,
-            group_id=session_id or message.group_id,
-            dedup_id=f"{request_id}:reply",
+        reply = reply_message(
+            message, session_id, outcome.request_id, outcome.status_code, outcome.body
         )
+        if self.stream_all:
+            reply.attributes[ATTR_STREAM] = "1"
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
 
 
 def _key(message: QueueMessage, session_id: str) -> str:
     """The session store key of the turn's session: scoped by the identity that sent it."""
     return session_key(session_id, message.attributes.get(ATTR_USER_ID))
-
-
-class _LastErrors:
-    """The last error seen per request id in this process, for the abandonment log line."""
-
-    _SIZE = 1024
-
-    def __init__(self) -> None:
-        self._errors: OrderedDict[str, str] = OrderedDict()
-
-    def remember(self, request_id: str, exc: BaseException) -> None:
-        self._errors[request_id] = f"{type(exc).__name__}: {exc}"
-        self._errors.move_to_end(request_id)
-        while len(self._errors) > self._SIZE:
-            self._errors.popitem(last=False)
-
-    def get(self, request_id: str) -> str:
-        return self._errors.get(
-            request_id, "not seen by this process (a crash, a lost lease, or another replica)"
-        )

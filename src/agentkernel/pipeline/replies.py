@@ -16,6 +16,7 @@ from agentkernel.pipeline.envelope import (
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
     ATTR_REQUEST_ID,
+    ATTR_STATUS_CODE,
     ATTR_STREAM,
     ATTR_TRACEPARENT,
     ATTR_USER_ID,
@@ -82,3 +83,17 @@ def first_error(exc: ValidationError) -> str:
     err = exc.errors()[0]
     where = ".".join(str(p) for p in err["loc"])
     return f"{where}: {err['msg']}" if where else err["msg"]
+
+
+def reply_message(
+    turn: QueueMessage, session_id: str, request_id: str, status_code: int, body: str
+) -> QueueMessage:
+    """The OUTPUT message answering ``turn``: grouped by its session, deduplicated per turn."""
+    attributes = reply_attributes(turn, request_id)
+    attributes[ATTR_STATUS_CODE] = str(status_code)
+    return QueueMessage(
+        body=body,
+        attributes=attributes,
+        group_id=session_id or turn.group_id,
+        dedup_id=f"{request_id}:reply",
+    )
