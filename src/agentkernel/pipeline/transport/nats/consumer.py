@@ -19,10 +19,9 @@ from typing import TYPE_CHECKING, Any
 
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.acks import CLIENT_ERRORS, Acks, message_id
-from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, decode_envelope
+from agentkernel.pipeline.transport.nats.envelope import received_message
 from agentkernel.pipeline.transport.nats.pull import Pull
 
 if TYPE_CHECKING:
@@ -74,7 +73,7 @@ class NatsConsumer(TransportConsumer):
         self._transport = transport
         self._queue = queue
         self._stream, _ = transport.streams[queue]
-        self._unit = transport.stream_unit(queue)  # names positions; see pipeline.position
+        transport.stream_unit(queue)  # names positions (see pipeline.position); read it now
         self._settings = transport.settings
         self._nc = transport.conn.nc
         self._loop = transport.conn.loop.loop  # a reset transport's loop is closed, not renewed
@@ -293,30 +292,7 @@ class NatsConsumer(TransportConsumer):
     # -- messages ------------------------------------------------------------------------------
 
     def _decode(self, msg: Any) -> QueueMessage:
-        """The message; one that cannot be decoded comes out marked ``undecodable``, with what
-        could be read, so the fetch goes on and the handling dead-letters it."""
-        headers, meta, defects = msg.headers or {}, msg.metadata, []
-        try:
-            group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
-        except ValueError as exc:
-            group, attributes = None, {}
-            defects.append(str(exc))
-        try:
-            body = msg.data.decode()
-        except UnicodeDecodeError:
-            body = ""
-            defects.append("body is not UTF-8")
-        return QueueMessage(
-            body=body,
-            attributes=attributes,
-            group_id=group,
-            dedup_id=headers.get("Nats-Msg-Id"),
-            receive_count=int(meta.num_delivered),
-            message_id=f"{self._stream}:{meta.sequence.stream}",
-            position=Position(self._unit, int(meta.sequence.stream)),
-            undecodable="; ".join(defects) or None,
-            native=msg,
-        )
+        return received_message(msg, self._stream, self._transport.stream_unit(self._queue))
 
     def ack(self, message: QueueMessage) -> None:
         """Send the ack; its confirmation is awaited by the next fetch and by ``close``.

@@ -1,4 +1,5 @@
-"""The one header a NATS message carries its group id and attributes in.
+"""The one header a NATS message carries its group id and attributes in, and the message a
+received NATS message stands for.
 
 Base64-encoded JSON, because NATS trims spaces from header values.
 """
@@ -8,8 +9,10 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+from typing import Any
 
 from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.position import Position
 
 ENVELOPE_HEADER = "Ak-Envelope"
 
@@ -41,3 +44,37 @@ def decode_envelope(header: str | None) -> tuple[str | None, dict[str, str]]:
     ):
         raise ValueError(f"{ENVELOPE_HEADER} header has attributes that are not strings")
     return group, attributes
+
+
+def received_message(msg: Any, stream: str, unit: str) -> QueueMessage:
+    """The message a JetStream delivery stands for; one that cannot be decoded comes out marked
+    ``undecodable``, with what could be read, so the fetch goes on and the handling
+    dead-letters it."""
+    headers, meta, defects = msg.headers or {}, msg.metadata, []
+    try:
+        group, attributes = decode_envelope(headers.get(ENVELOPE_HEADER))
+    except ValueError as exc:
+        group, attributes = None, {}
+        defects.append(str(exc))
+    try:
+        body = msg.data.decode()
+    except UnicodeDecodeError:
+        body = ""
+        defects.append("body is not UTF-8")
+    return QueueMessage(
+        body=body,
+        attributes=attributes,
+        group_id=group,
+        dedup_id=headers.get("Nats-Msg-Id"),
+        receive_count=int(meta.num_delivered),
+        message_id=f"{stream}:{meta.sequence.stream}",
+        position=Position(unit, int(meta.sequence.stream), _stored(meta)),
+        undecodable="; ".join(defects) or None,
+        native=msg,
+    )
+
+
+def _stored(meta: Any) -> float | None:
+    """When the server stored the message, in epoch seconds (``None`` if it did not say)."""
+    stamp = getattr(meta, "timestamp", None)
+    return None if stamp is None else float(stamp.timestamp())

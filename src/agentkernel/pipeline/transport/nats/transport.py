@@ -139,6 +139,7 @@ class NatsTransport(QueueTransport):
             self._provisioner.ensure_stream(queue)
         self._owned: set[QueueName] = set()
         self._owning = threading.Lock()
+        self._units: dict[QueueName, str] = {}  # see stream_unit
         self._watch = Watch(self._fault, f"nats-watch-{settings.input_stream}")
         with self._lock:
             self._watches.append(self._watch)
@@ -199,6 +200,9 @@ class NatsTransport(QueueTransport):
     def _fault(self, queue: QueueName) -> tuple[str, str]:
         """What the watch finds wrong with ``queue`` now: (for sending, for fetching only)."""
         sending = self._provisioner.stream_problem(queue)
+        if not sending:  # the stream may have been declared again, here or elsewhere
+            with contextlib.suppress(TransportError):
+                self._units[queue] = self._read_unit(queue)
         fetching = ""
         if not sending and queue in self._owned:
             fetching = self._provisioner.consumer_problem(queue)
@@ -256,8 +260,17 @@ class NatsTransport(QueueTransport):
         """The ordering unit of the queue's stream: its name and creation time.
 
         A stream deleted and declared again numbers its messages from 1 again; its new creation
-        time keeps those positions apart from the old ones.
+        time keeps those positions apart from the old ones. Read once, and again at every check
+        of the watch (a stream another process declared again). Until then, the store time each
+        position carries tells the new stream's messages from the old one's
+        (:class:`~agentkernel.pipeline.position.Position`).
         """
+        unit = self._units.get(queue)
+        if unit is None:
+            unit = self._units[queue] = self._read_unit(queue)
+        return unit
+
+    def _read_unit(self, queue: QueueName) -> str:
         stream = self.streams[queue][0]
         info = self.run(self.conn.js.stream_info(stream))
         created = info.created.isoformat() if info.created is not None else "?"
