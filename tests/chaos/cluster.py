@@ -162,6 +162,22 @@ class Cluster:
         with self._lock:
             self._held.discard(i)
 
+    def stop_runners(self) -> None:
+        """SIGTERM every runner and keep them stopped until :meth:`start_runners`."""
+        with self._lock:
+            self._held.update(range(len(self.runners)))
+            old = list(self.runners)
+        self.events.fault("SIGTERM every runner")
+        for proc in old:
+            self._terminate(proc, "runner")
+
+    def start_runners(self) -> None:
+        """Start every runner again (with the deployment's settings as they are now)."""
+        with self._lock:
+            self.runners = [self.deployment.runner(AGENTS) for _ in range(self.runner_count)]
+            self._held.clear()
+        self.events.note("runners started")
+
     def roll_io(self) -> None:
         """SIGTERM the IO process (the embedded server), then start a new one on its port."""
         assert self.deployment.io is not None

@@ -14,6 +14,7 @@ import contextlib
 import itertools
 import json
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -48,6 +49,7 @@ class Turn:
     doc: dict[str, Any] | None = None
     posts: int = 0
     cuts: int = 0  # POSTs whose connection was dropped without an answer
+    accepted: bool = False  # the IO process took it: an answer, a 202 or a 504
     problems: set[str] = field(default_factory=set)
 
     @property
@@ -85,6 +87,8 @@ class Workload:
     ) -> None:
         self.url = url
         self.faults_ended: float | None = None
+        #: POSTs answered "try again", by error code (``QUEUE_UNAVAILABLE``, ...).
+        self.refused: Counter[str] = Counter()
         self.turns = [
             [Turn(f"{tag}-s{s}", i, POISON if (s, i) == poison else f"p{i}") for i in range(turns)]
             for s in range(sessions)
@@ -133,10 +137,13 @@ class Workload:
                 turn.posts += 1
                 outcome, doc = await _post(client, turn)
                 turn.cuts += outcome == "cut"
+                if outcome == "retry" and "error" in doc:
+                    self.refused[str(doc["error"])] += 1
                 if outcome == "poll":
                     request_id = str(doc["request_id"])
             else:
                 outcome, doc = await _get(client, turn.session, request_id)
+            turn.accepted |= outcome in ("poll", "final")
             if outcome == "final":
                 turn.answered, turn.doc = time.monotonic(), doc
                 turn.status = int(doc.pop("_status"))

@@ -66,10 +66,13 @@ class Deployment:
                 time.sleep(0.1)
         raise AssertionError("IO process did not start")
 
-    def runner(self, agents: Path = AGENTS) -> subprocess.Popen[str]:
-        return self.spawn("runner", str(agents))
+    def runner(
+        self, agents: Path = AGENTS, env: dict[str, str] | None = None
+    ) -> subprocess.Popen[str]:
+        return self.spawn("runner", str(agents), env=env)
 
-    def spawn(self, *args: str) -> subprocess.Popen[str]:
+    def spawn(self, *args: str, env: dict[str, str] | None = None) -> subprocess.Popen[str]:
+        """Start ``agentkernel <args>``; ``env`` overrides some of the deployment's settings."""
         stderr: Any = subprocess.PIPE
         if self.log_dir is not None:
             log = self.log_dir / f"{args[0]}-{len(self.procs)}.log"
@@ -77,7 +80,7 @@ class Deployment:
             stderr = log.open("w")
         proc = subprocess.Popen(
             [sys.executable, "-m", "agentkernel", *args],
-            env=self.env,
+            env=self.env | (env or {}),
             cwd=ROOT,
             stdout=subprocess.DEVNULL,
             stderr=stderr,
