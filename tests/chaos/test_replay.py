@@ -25,6 +25,7 @@ from tests.chaos import budget
 from tests.chaos.agents import SLOW
 from tests.chaos.cluster import Cluster
 from tests.chaos.scenarios import TALLIES, Tally, tally, warm_up
+from tests.chaos.trace import PARTITIONS
 from tests.chaos.workload import SYNC_TIMEOUT, Turn, Workload
 
 pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis]
@@ -32,7 +33,7 @@ pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis]
 QUICK_TURNS = 70
 #: Seconds the scenario's workload may run: the slow turn (15 s), run again after the kill.
 CAP = 50.0
-NATS_PARTITIONS = 8  # the product default
+NATS_PARTITIONS = PARTITIONS  # the cluster's count (the product default)
 #: The slow turn's length: on NATS a killed runner's turn comes back after the 30 s lease, and
 #: the caller's bound (45 s) must still hold for the turn run again; Kafka has no lease.
 ENV = {
