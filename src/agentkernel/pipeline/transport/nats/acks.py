@@ -9,10 +9,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from nats.errors import Error as NatsError
-
 from agentkernel.core.config import NatsQueueConfig
 from agentkernel.pipeline.consumer.redelivery import backoff
+from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 
 logger = logging.getLogger(__name__)
 
@@ -21,7 +20,6 @@ logger = logging.getLogger(__name__)
 ACK_TIMEOUT_SECONDS = 2.0
 ACK_RETRY_SECONDS = 0.5
 MAX_ACK_RETRY_SECONDS = 5.0
-CLIENT_ERRORS = (NatsError, asyncio.TimeoutError, TimeoutError, OSError)
 
 
 class Acks:

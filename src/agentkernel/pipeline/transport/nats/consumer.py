@@ -20,8 +20,9 @@ from typing import TYPE_CHECKING, Any
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
-from agentkernel.pipeline.transport.nats.acks import CLIENT_ERRORS, Acks, message_id
+from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.envelope import received_message
+from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 from agentkernel.pipeline.transport.nats.pull import Pull
 
 if TYPE_CHECKING:

@@ -30,7 +30,6 @@ import zlib
 from typing import Any, ClassVar
 
 import nats
-from nats.js.errors import NotFoundError
 
 from agentkernel.core.config import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import MessageRejectedError, TransportError
@@ -38,9 +37,9 @@ from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
-from agentkernel.pipeline.transport.nats.acks import CLIENT_ERRORS
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
+from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS, nats_errors
 from agentkernel.pipeline.transport.nats.provision import UNLIMITED, Provisioner
 from agentkernel.pipeline.transport.nats.watch import Watch
 
@@ -155,12 +154,8 @@ class NatsTransport(QueueTransport):
         with cls._lock:
             conn = cls._connections.get(url)
             if conn is None or conn.nc.is_closed:
-                try:
+                with nats_errors(f"connect to {redact_url(url)}"):
                     conn = cls._connections[url] = _Connection(url, timeout)
-                except CLIENT_ERRORS as exc:
-                    raise TransportError(
-                        f"cannot connect to NATS at {redact_url(url)}: {redact_url(repr(exc))}"
-                    ) from exc
             return conn
 
     @classmethod
@@ -181,12 +176,8 @@ class NatsTransport(QueueTransport):
             lookup: let ``NotFoundError`` through, for provisioning, which creates what is
                 missing; anywhere else a missing stream is a :class:`TransportError`.
         """
-        try:
+        with nats_errors("call", lookup=lookup):
             return self.conn.loop.run(coro, timeout or self.settings.request_timeout + 1)
-        except CLIENT_ERRORS as exc:
-            if lookup and isinstance(exc, NotFoundError):
-                raise
-            raise TransportError(f"NATS call failed: {redact_url(repr(exc))}") from exc
 
     # -- provisioning and ownership -----------------------------------------------------------
 
