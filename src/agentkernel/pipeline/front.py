@@ -52,7 +52,7 @@ from agentkernel.pipeline.envelope import ATTR_TRACEPARENT, ATTR_USER_ID, QueueN
 from agentkernel.pipeline.frames import read_frames
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
-from agentkernel.pipeline.quota_front import IdentityQuota
+from agentkernel.pipeline.quota.front import IdentityQuota
 from agentkernel.pipeline.readiness import CheckedStore, readiness
 from agentkernel.pipeline.request_ids import RequestIds
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore

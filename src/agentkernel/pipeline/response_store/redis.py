@@ -224,7 +224,7 @@ class RedisResponseStore(ResponseStore):
             logger.debug("reply listener stopped", exc_info=True)
 
     def _new_quota_ledger(self) -> QuotaLedger:
-        from agentkernel.pipeline.quota_redis import RedisQuotaLedger
+        from agentkernel.pipeline.quota.redis import RedisQuotaLedger
 
         return RedisQuotaLedger(self._redis, self._prefix, self.ttl)
 
