@@ -38,12 +38,14 @@ IO_ROLE = {
         "dynamodb:DeleteItem",
     }
     | {"dynamodb:DescribeTable"},
+    "DeadLetterOutput": {"sqs:SendMessage"},  # an undecodable reply, copied to the DLQ at once
 }
 RUNNER_ROLE = {
     "ConsumeInput": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
     | {"sqs:GetQueueAttributes"},
     "SendToOutput": {"sqs:SendMessage"},
     "SessionStore": {"dynamodb:GetItem", "dynamodb:PutItem"},
+    "DeadLetterInput": {"sqs:SendMessage"},  # an undecodable turn, copied to the DLQ at once
 }
 
 
@@ -193,6 +195,14 @@ def test_the_roles_cover_every_api_call_the_code_makes() -> None:
     }
     granted_sqs = set().union(*(p[0] for p in (*policy("io").values(), *policy("runner").values())))
     assert sqs_calls <= granted_sqs
+    # an undecodable message is copied to the dead-letter queue of the queue its role consumes
+    for role, sid, dlq in (
+        ("io", "DeadLetterOutput", "output"),
+        ("runner", "DeadLetterInput", "input"),
+    ):
+        actions, resources = policy(role)[sid]
+        assert actions == {"sqs:SendMessage"}
+        assert resources == [f"${{module.queues[0].{dlq}_dlq_arn}}"]
     store_calls = api_calls(SRC / "pipeline" / "response_store" / "dynamodb.py", "dynamodb")
     assert store_calls <= policy("io")["ResponseStore"][0]
     session_calls = api_calls(SRC / "pipeline" / "session_store" / "dynamodb.py", "dynamodb") - {

@@ -37,6 +37,7 @@ from agentkernel.pipeline.envelope import (  # noqa: E402
 )
 from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket  # noqa: E402
 from agentkernel.pipeline.response_store.redis import RedisResponseStore  # noqa: E402
+from agentkernel.pipeline.scoping import session_key  # noqa: E402
 from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome  # noqa: E402
 from agentkernel.pipeline.session_store.redis import RedisSessionStore  # noqa: E402
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport  # noqa: E402
@@ -256,7 +257,8 @@ async def remember(turn: Turn) -> str:
 def delivery(session: str, prompt: str, user: str | None = None) -> QueueMessage:
     attributes = {ATTR_REQUEST_ID: uuid.uuid4().hex} | ({ATTR_USER_ID: user} if user else {})
     body = json.dumps({"session_id": session, "prompt": prompt})
-    return QueueMessage(body=body, attributes=attributes, group_id=session, receive_count=1)
+    group = session_key(session, user)  # the INPUT group of an owned session is its scoped key
+    return QueueMessage(body=body, attributes=attributes, group_id=group, receive_count=1)
 
 
 def answers(transport: InMemoryTransport) -> list[tuple[str, dict[str, object]]]:
@@ -283,4 +285,5 @@ def test_the_runner_answers_a_lost_session_with_an_error_and_keeps_its_owner(
     asyncio.run(runner.process_message(delivery("s", "two", user="mallory")))
     ((status, doc),) = answers(transport)
     assert (status, doc["error"]) == ("503", "STORE_DATA_LOST")
-    assert admin.exists("loss:sess:s") == 0  # nothing committed: no one took the session over
+    for key in (session_key("s", "mallory"), session_key("s", "alice")):
+        assert admin.exists(f"loss:sess:{key}") == 0  # nothing committed over the loss

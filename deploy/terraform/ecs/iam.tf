@@ -1,6 +1,8 @@
 # Task roles with the queue-mode guide's actions, each on its one resource, plus the two reads the
 # code makes at start-up and in GET /ready: sqs:GetQueueAttributes (queue checks, lease length,
-# depth metrics) and dynamodb:DescribeTable (response store ping). tests/deploy checks the lists.
+# depth metrics) and dynamodb:DescribeTable (response store ping), and sqs:SendMessage to the
+# dead-letter queue of the queue each role consumes (an undecodable message is copied there at
+# once). tests/deploy checks the lists.
 
 data "aws_iam_policy_document" "ecs_tasks_assume" {
   statement {
@@ -50,6 +52,12 @@ data "aws_iam_policy_document" "io" {
   }
 
   statement {
+    sid       = "DeadLetterOutput" # an undecodable reply is copied to the DLQ at once
+    actions   = ["sqs:SendMessage"]
+    resources = [module.queues[0].output_dlq_arn]
+  }
+
+  statement {
     sid = "ResponseStore"
     actions = [
       "dynamodb:PutItem",
@@ -96,6 +104,12 @@ data "aws_iam_policy_document" "runner" {
     sid       = "SendToOutput"
     actions   = ["sqs:SendMessage"]
     resources = [module.queues[0].output_queue_arn]
+  }
+
+  statement {
+    sid       = "DeadLetterInput" # an undecodable turn is copied to the DLQ at once
+    actions   = ["sqs:SendMessage"]
+    resources = [module.queues[0].input_dlq_arn]
   }
 
   statement {

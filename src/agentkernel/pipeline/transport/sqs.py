@@ -330,12 +330,10 @@ class SQSConsumer(TransportConsumer):
             self.ack(message)
 
     def _copy_to_dlq(self, raw: dict[str, Any]) -> None:
-        if self._dlq_url is None:
+        if self._dlq_url is None:  # built from the ARN: no call, and no permission, to look it up
             arn = str(json.loads(self._redrive)["deadLetterTargetArn"])
             _, _, _, _, account, name = arn.split(":", 5)
-            with _errors(f"SQS get_queue_url of {name}"):
-                reply = self._client.get_queue_url(QueueName=name, QueueOwnerAWSAccountId=account)
-            self._dlq_url = str(reply["QueueUrl"])
+            self._dlq_url = f"{str(self._client.meta.endpoint_url).rstrip('/')}/{account}/{name}"
         system = raw.get("Attributes", {})
         kwargs: dict[str, Any] = {"QueueUrl": self._dlq_url, "MessageBody": raw.get("Body", "")}
         if attributes := raw.get("MessageAttributes"):
