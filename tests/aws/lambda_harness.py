@@ -36,13 +36,18 @@ def sqs_event(queue_url: str, limit: int = 10, wait: float = 1.0) -> dict[str, A
 
 
 def _record(m: dict[str, Any], arn: str) -> dict[str, Any]:
-    attributes = {
+    attributes = {  # as Lambda spells them: a binary value base64-encoded
         name: {
             "stringValue": a.get("StringValue"),
             "stringListValues": [],
             "binaryListValues": [],
             "dataType": a["DataType"],
         }
+        | (
+            {"binaryValue": base64.b64encode(a["BinaryValue"]).decode()}
+            if "BinaryValue" in a
+            else {}
+        )
         for name, a in (m.get("MessageAttributes") or {}).items()
     }
     return {

@@ -145,9 +145,12 @@ def sqs_message(record: dict[str, Any]) -> QueueMessage:
     """
     try:
         attributes = record.get("attributes") or {}
+        defects: list[str] = []
+        message_attributes = _message_attributes(record.get("messageAttributes") or {}, defects)
         return QueueMessage(
             body=str(record["body"]),
-            attributes=_message_attributes(record.get("messageAttributes") or {}),
+            attributes=message_attributes,
+            undecodable="; ".join(defects) or None,
             group_id=attributes.get("MessageGroupId"),
             dedup_id=attributes.get("MessageDeduplicationId"),
             receive_count=int(attributes.get("ApproximateReceiveCount", 1)),
@@ -158,15 +161,22 @@ def sqs_message(record: dict[str, Any]) -> QueueMessage:
         raise BadEvent(f"not an SQS record: {exc!r}") from exc
 
 
-def _message_attributes(raw: dict[str, dict[str, Any]]) -> dict[str, str]:
-    """Lambda's spelling of message attributes (``stringValue``/``dataType``) as plain strings."""
+def _message_attributes(raw: dict[str, dict[str, Any]], defects: list[str]) -> dict[str, str]:
+    """Lambda's spelling of message attributes (``stringValue``/``dataType``) as plain strings.
+
+    A binary attribute that is not base64 of UTF-8 (no producer of ours writes one) is left out
+    and named in ``defects``: the record is then refused as undecodable, not dropped.
+    """
     out = {}
     for name, attr in raw.items():
         kind = str(attr.get("dataType", "String"))
         if kind == "String.empty":  # how the SQS transport sends an empty value
             out[name] = ""
         elif kind.startswith("Binary"):
-            out[name] = base64.b64decode(attr.get("binaryValue") or b"").decode()
+            try:
+                out[name] = base64.b64decode(attr.get("binaryValue") or b"").decode()
+            except (binascii.Error, ValueError):  # UnicodeDecodeError is a ValueError
+                defects.append(f"message attribute {name!r} is not UTF-8")
         else:
             out[name] = str(attr.get("stringValue", ""))
     return out

@@ -26,7 +26,8 @@ from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
 logger = logging.getLogger(__name__)
@@ -100,6 +101,9 @@ class LambdaSQSConsumer(QueueConsumer):
         return []
 
     async def _one(self, message: QueueMessage, outage: OutageRetry) -> None:
+        if message.undecodable is not None:
+            await self._refuse_undecodable(message, outage)
+            return
         if message.receive_count > self.max_receive_count:
             await _outlasting(outage, self.on_permanent_failure, message)
             return
@@ -113,6 +117,22 @@ class LambdaSQSConsumer(QueueConsumer):
             )
             final = message.model_copy(update={"receive_count": message.receive_count + 1})
             await _outlasting(outage, self.on_permanent_failure, final)
+
+    async def _refuse_undecodable(self, message: QueueMessage, outage: OutageRetry) -> None:
+        """A record that cannot be decoded: answer its caller if its request id is known, then
+        let it be deleted (returned as done). No retry can make it readable, and each one would
+        hold its session's group; the ERROR line and the metric are what remains of it."""
+        METRICS.inc("agentkernel_undecodable_messages_total", queue=self.queue)
+        logger.error(
+            "undecodable record %s on %s (request %s): %s; answering and dropping it",
+            message.message_id,
+            self.queue,
+            message.attributes.get(ATTR_REQUEST_ID, "-"),
+            message.undecodable,
+        )
+        hook = getattr(self, "on_undecodable", None)
+        if hook is not None:
+            await _outlasting(outage, hook, message)
 
     def _lease_keeper(self) -> tuple[LeaseKeeper, TransportConsumer] | None:
         """Extends the visibility of records still running near its end (SQS only)."""
