@@ -24,10 +24,10 @@ from typing import Any, ClassVar
 from agentkernel.aws.events import BadEvent, sqs_message
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
+from agentkernel.pipeline.consumer.handling import report_undecodable
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
 logger = logging.getLogger(__name__)
@@ -122,14 +122,7 @@ class LambdaSQSConsumer(QueueConsumer):
         """A record that cannot be decoded: answer its caller if its request id is known, then
         let it be deleted (returned as done). No retry can make it readable, and each one would
         hold its session's group; the ERROR line and the metric are what remains of it."""
-        METRICS.inc("agentkernel_undecodable_messages_total", queue=self.queue)
-        logger.error(
-            "undecodable record %s on %s (request %s): %s; answering and dropping it",
-            message.message_id,
-            self.queue,
-            message.attributes.get(ATTR_REQUEST_ID, "-"),
-            message.undecodable,
-        )
+        report_undecodable(self.queue, message, "answering and dropping it")
         hook = getattr(self, "on_undecodable", None)
         if hook is not None:
             await _outlasting(outage, hook, message)
