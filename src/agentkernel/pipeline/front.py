@@ -287,9 +287,9 @@ class ChatFront:
     async def _admit(self, chat: ChatRequest, turn: TurnAddress, owner: str | None) -> None:
         """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
         try:
-            await call(
-                self.store.nonblocking, self.quota.admit, owner, turn.request_id, chat.session_id
-            )
+            if self.quota.counts(owner):  # no thread hop for a turn nobody counts
+                quota = self.quota.admit
+                await call(self.store.nonblocking, quota, owner, turn.request_id, chat.session_id)
             await call(self.store.nonblocking, admit, self.store, chat, turn.request_id, owner)
         except StoreError as exc:  # full, or lost its data: the turn could not be answered
             raise self._store_error(turn, exc) from exc
@@ -335,7 +335,8 @@ class ChatFront:
     async def _answered(self, record: ResponseRecord, *args: Any, **kwargs: Any) -> Answer:
         """The answer for a reply shown to its caller, which then counts as read."""
         answer = record_answer(record, *args, **kwargs)  # refuses one the caller may not see
-        await call(self.store.nonblocking, self.quota.read, record)
+        if self.quota.counts(record.owner):  # no thread hop for a turn nobody counts
+            await call(self.store.nonblocking, self.quota.read, record)
         return answer
 
     def _store_error(self, turn: TurnAddress, exc: StoreError) -> HTTPError:

@@ -28,13 +28,17 @@ class IdentityQuota:
         self.ledger = None if self.quota.off else store.quota_ledger()
         self._log = RateLimitedLog(logger)
 
+    def counts(self, owner: str | None) -> bool:
+        """Whether turns of ``owner`` are counted (a cap is on and the turn has an identity)."""
+        return self.ledger is not None and owner is not None
+
     def admit(self, owner: str | None, request_id: str, session_id: str) -> None:
         """Count the turn as unread for ``owner`` (blocking).
 
         Raises:
             HTTPError: 429 ``QUOTA_EXCEEDED`` with ``Retry-After`` past a cap.
         """
-        if self.ledger is None or owner is None:
+        if self.ledger is None or owner is None:  # counts(owner), spelled out for the type checker
             return
         try:
             wait = self.ledger.admit(owner, request_id, self.quota)
