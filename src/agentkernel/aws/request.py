@@ -29,7 +29,7 @@ import json
 import logging
 import re
 from collections.abc import Callable, Coroutine
-from typing import Any, ClassVar, TypeVar
+from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agentkernel.auth import alias
 from agentkernel.aws.events import (
@@ -39,9 +39,7 @@ from agentkernel.aws.events import (
     http_response,
     parse_api_event,
 )
-from agentkernel.aws.responder import Pusher
 from agentkernel.aws.settings import ecs_config
-from agentkernel.aws.websocket import ConnectionStore
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.chat import FrameError, HTTPError, parse_frame, system_response
 from agentkernel.pipeline.envelope import (
@@ -53,6 +51,9 @@ from agentkernel.pipeline.envelope import (
 from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront, StreamAnswer
 from agentkernel.pipeline.response_store import create_response_store
 from agentkernel.pipeline.transport.base import QueueTransportFactory
+
+if TYPE_CHECKING:  # boto3 is imported only where a connections table is used
+    from agentkernel.aws.websocket import ConnectionStore
 
 logger = logging.getLogger(__name__)
 
@@ -201,6 +202,9 @@ class Lambda:
         table = api.websocket.connections_table
         if not table:
             return alias(api.auth.aliases, message.identity)
+        from agentkernel.aws.responder import Pusher
+        from agentkernel.aws.websocket import ConnectionStore
+
         if cls._connections is None:
             cls._connections = ConnectionStore(table, api.websocket.connection_ttl)
         record = cls._connections.get(message.connection_id)

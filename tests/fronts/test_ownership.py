@@ -25,8 +25,7 @@ from agentkernel.aws import WebsocketConnectionHandler as Connections
 from agentkernel.core.config import AuthConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
-
-from .conftest import Server, make_config, poll
+from tests.api.conftest import Server, make_config, poll
 
 KEYS = {"alice": "alice-key-5d1e", "bob": "bob-key-77af"}
 OLD_NAMESPACE = uuid.UUID("6f1c3a4e-8f7d-4c1b-9a55-2f3e0b7c9d10")  # the public constant of old
