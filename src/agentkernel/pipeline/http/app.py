@@ -83,9 +83,12 @@ def build_app(
 
 
 def routers_of(handlers: Sequence[RouterSource]) -> list[APIRouter]:
-    """The router of each handler: itself, or what its ``get_router()`` returns."""
+    """The router of each handler: itself, or what its ``get_router()`` returns (``None``
+    entries are skipped, as upstream does)."""
     routers = []
     for handler in handlers:
+        if handler is None:
+            continue
         router = handler if isinstance(handler, APIRouter) else _get_router(handler)
         if not isinstance(router, APIRouter):
             raise AKConfigError(
@@ -109,6 +112,7 @@ def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
         openapi_extra=openapi.POST_BODY,
     )(routes.post_chat)
     app.get(CHAT_PATH + "/{session_id}", responses=openapi.GET_RESPONSES)(routes.get_chat)
+    app.get(CHAT_PATH, responses=openapi.GET_RESPONSES)(routes.poll_chat)
     app.get(CHAT_PATH + "/{session_id}/stream", responses=openapi.STREAM_RESPONSES)(
         routes.get_stream
     )

@@ -96,7 +96,9 @@ class ThreadRunner:
         Raises:
             ValueError: ``max_workers`` is below 1.
         """
-        if max_workers is not None and (isinstance(max_workers, bool) or max_workers < 1):
+        if max_workers is not None and (
+            not isinstance(max_workers, int) or isinstance(max_workers, bool) or max_workers < 1
+        ):
             raise ValueError(f"max_workers must be a positive int or None, not {max_workers!r}")
         slots = threading.BoundedSemaphore(max_workers or max(len(tasks), 1))
         reports: queue.Queue[tuple[ThreadRunner.Task, Any]] = queue.Queue()
