@@ -49,6 +49,7 @@ from agentkernel.core.config_backends import (
     QueuesConfig,
     QueueSettings,
     RedisStoreConfig,
+    ResponseRedisConfig,
     ResponseStoreConfig,
     SQSQueueConfig,
 )
@@ -77,6 +78,7 @@ __all__ = [
     "QueueSettings",
     "QueuesConfig",
     "RedisStoreConfig",
+    "ResponseRedisConfig",
     "ResponseStoreConfig",
     "SQSQueueConfig",
     "WebSocketConfig",
@@ -379,8 +381,8 @@ _InMemoryQueueConfig = InMemoryQueueConfig
 _NatsQueueConfig = NatsQueueConfig
 _KafkaQueueConfig = KafkaQueueConfig
 _ResponseStoreConfig = ResponseStoreConfig
-_ResponseStoreRedisConfig = RedisStoreConfig
-_ResponseStoreValkeyConfig = RedisStoreConfig
+_ResponseStoreRedisConfig = ResponseRedisConfig
+_ResponseStoreValkeyConfig = ResponseRedisConfig
 _ResponseStoreDynamoDBConfig = DynamoDBStoreConfig
 _RedisConfig = RedisStoreConfig
 _ValkeyConfig = RedisStoreConfig
