@@ -31,6 +31,14 @@ def test_the_thread_runner_keeps_its_deployment_common_path() -> None:
     assert Upstream.shutdown_event is ThreadRunner.shutdown_event  # one process-wide event
 
 
+def test_the_pipeline_modules_keep_upstreams_paths() -> None:
+    from agentkernel.pipeline.io_handler import IOHandler
+    from agentkernel.pipeline.process.io_handler import IOHandler as Ours
+    from agentkernel.pipeline.thread_runner import ThreadRunner as Upstream
+
+    assert Upstream is ThreadRunner and IOHandler is Ours
+
+
 def test_the_factory_helpers_keep_their_core_util_path() -> None:
     from agentkernel.core.util.factory import AKConfigError as UpstreamError
     from agentkernel.core.util.factory import require_extra
@@ -159,7 +167,7 @@ def test_importing_the_old_paths_has_no_side_effect() -> None:
         "import sys\n"
         "import agentkernel.pipeline, agentkernel.pipeline.transport, agentkernel.api\n"
         "import agentkernel.deployment.common, agentkernel.core.util.factory\n"
-        "import agentkernel.deployment.common.thread_runner\n"
+        "import agentkernel.deployment.common.thread_runner, agentkernel.pipeline.thread_runner\n"
         "heavy = ('fastapi', 'uvicorn', 'boto3', 'redis', 'nats', 'confluent_kafka', 'agents')\n"
         "loaded = [m for m in sys.modules if m.split('.')[0] in heavy]\n"
         "loaded += [m for m in sys.modules if m.startswith('agentkernel.pipeline.transport.')]\n"
