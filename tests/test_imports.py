@@ -15,6 +15,11 @@ CORE_MODULES = (
     "agentkernel.pipeline.process.thread_runner",
     "agentkernel.pipeline.transport.base",
     "agentkernel.pipeline.transport.in_memory",
+    # upstream's import paths
+    "agentkernel.pipeline.transport",
+    "agentkernel.deployment.common.thread_runner",
+    "agentkernel.core.util.factory",
+    "agentkernel.api",
 )
 
 

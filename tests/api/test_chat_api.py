@@ -295,8 +295,10 @@ def test_service_routes(server: Server) -> None:
     assert server.client.get("/health").json() == {"status": "ok"}
     ready = server.client.get("/ready")
     assert (ready.status_code, ready.json()["status"]) == (200, "ready")
-    names = [a["name"] for a in server.client.get("/api/v1/agents").json()["agents"]]
-    assert names == ["echo", "slow", "broken", "flaky", "words", "trace"]
+    agents = server.client.get("/api/v1/agents").json()
+    names = ["echo", "slow", "broken", "flaky", "words", "trace"]
+    assert agents["agents"] == names  # upstream's shape: the names
+    assert [a["name"] for a in agents["details"]] == names
     chat(server, "m", "x")
     metrics = server.client.get("/metrics")
     assert metrics.headers["content-type"].startswith("text/plain")

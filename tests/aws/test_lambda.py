@@ -146,8 +146,9 @@ def test_routes_health_agents_custom_and_unknown(d: Deployment) -> None:
 
     assert body_of(Lambda.handler(http_v2("GET", "/app"))) == {"app": "demo", "path": "/app"}
     assert body_of(Lambda.handler(http_v2("GET", "/health"))) == {"status": "ok"}
-    names = [a["name"] for a in body_of(Lambda.handler(rest_v1("GET", "/api/v1/agents")))["agents"]]
-    assert names == ["remember", "words", "flaky"]
+    agents = body_of(Lambda.handler(rest_v1("GET", "/api/v1/agents")))
+    assert agents["agents"] == ["remember", "words", "flaky"]  # upstream's shape: the names
+    assert [a["name"] for a in agents["details"]] == agents["agents"]
     assert Lambda.handler(http_v2("DELETE", "/api/v1/chat"))["statusCode"] == 404
 
 

@@ -69,6 +69,22 @@ class Rest(Front):
         return response.status_code, response.json().get("error")
 
 
+class RestQuery(Rest):
+    """Reads with upstream's poll form, ``GET /api/v1/chat?request_id=&session_id=``."""
+
+    name = "rest-query"
+
+    def read(self, who: str, session: str, request_id: str) -> tuple[int, Any]:
+        query = {"request_id": request_id, "session_id": session}
+        with httpx.Client(base_url=self.server.url, headers={"X-API-Key": KEYS[who]}) as client:
+            deadline = time.monotonic() + 0.5
+            while True:
+                response = client.get("/api/v1/chat", params=query)
+                if response.status_code != 404 or time.monotonic() > deadline:
+                    return response.status_code, response.json().get("error")
+                time.sleep(0.02)
+
+
 class Socket(Rest):
     name = "ws"
 
@@ -164,8 +180,12 @@ def _fronts(*kinds: str) -> list[Any]:
 ALL_FRONTS = _fronts(
     "rest-memory", "ws-memory", "rest-redis", "ws-redis", "lambda-http", "lambda-ws"
 )
-#: The fronts that read replies back (a Lambda socket's answers reach only its own connection).
-READING_FRONTS = [f for f in ALL_FRONTS if getattr(f, "values", [f])[0] != "lambda-ws"]
+#: The fronts that read replies back (a Lambda socket's answers reach only its own connection),
+#: plus upstream's query form of the read on the FastAPI front.
+READING_FRONTS = [f for f in ALL_FRONTS if getattr(f, "values", [f])[0] != "lambda-ws"] + [
+    "restq-memory",
+    "restq-redis",
+]
 #: The fronts that show derived request ids (a socket shows the client's own id).
 ID_FRONTS = _fronts("rest-memory", "rest-redis", "lambda-http")
 
@@ -193,7 +213,7 @@ def _make_front(request: pytest.FixtureRequest, kind: str) -> Iterator[Front]:
     redis_url = request.getfixturevalue("redis_url") if store == "redis" else ""
     server = uvicorn_server(store, redis_url)
     try:
-        yield Rest(server) if name == "rest" else Socket(server)
+        yield {"rest": Rest, "restq": RestQuery, "ws": Socket}[name](server)
     finally:
         server.close()
 

@@ -7,15 +7,18 @@ DynamoDB, so ``execution.queues.type`` and ``execution.response_store.type`` nee
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import ClassVar
 
-from agentkernel.aws.settings import ecs_config
+from agentkernel.auth import AuthValidator
+from agentkernel.aws.settings import container_api, ecs_config
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.http.app import RouterSource
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.request_handler import RequestHandler
@@ -95,18 +98,45 @@ class ECSQueueRequestHandler(RequestHandler):
 
 
 class ECSIOHandler(IOHandler):
-    """The IO container: REST API thread plus OUTPUT consumer threads, no agents."""
+    """The IO container: REST API thread plus OUTPUT consumer threads, no agents.
+
+    It listens on every interface (``0.0.0.0``) unless ``api.host`` is set: a container is
+    reached through its network interface, never its loopback.
+    """
 
     @classmethod
-    def run(cls, with_runner: bool | None = False) -> None:
-        """Container entry: serve until SIGTERM, drain the OUTPUT consumers, exit 0."""
-        config = ecs_config()
+    def run(
+        cls,
+        auth_validator: AuthValidator | None = None,
+        handlers: Sequence[RouterSource] | None = None,
+        *,
+        with_runner: bool | None = False,
+    ) -> None:
+        """Container entry: serve until SIGTERM, drain the OUTPUT consumers, exit 0.
+
+        Args:
+            auth_validator: checks bearer tokens on every route but ``/health`` and ``/ready``
+                (authentication on, API keys of ``api.auth.api_keys`` still accepted).
+            handlers: more routes served beside the API's own: upstream ``RESTRequestHandler``
+                objects (anything with ``get_router()``) or FastAPI routers.
+            with_runner: also run agents in this container (not the guide's topology).
+
+        Raises:
+            AKConfigError: the response store is not shared, or a handler has no router.
+        """
+        config = container_api(ecs_config())
         if not create_response_store(config.execution.response_store).shared:
             raise AKConfigError(
                 "execution.response_store.dynamodb.table_name: the IO container needs a shared "
                 "response store (set AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME)"
             )
         AKConfig.set(config)
-        handler = cls(config, AgentRegistry.default(), with_runner=with_runner)
+        handler = cls(
+            config,
+            AgentRegistry.default(),
+            with_runner=with_runner,
+            auth_validator=auth_validator,
+            handlers=handlers or (),
+        )
         ThreadRunner.install_signal_handlers()
         handler.serve()

@@ -19,3 +19,16 @@ def ecs_config(config: AKConfig | None = None) -> AKConfig:
         store = store.model_copy(update={"type": "dynamodb"})
     execution = execution.model_copy(update={"queues": queues, "response_store": store})
     return config.model_copy(update={"execution": execution})
+
+
+#: Where a container's API listens unless ``api.host`` is set: every interface, since a
+#: container is reached through its network interface (``agentkernel serve`` keeps loopback).
+CONTAINER_HOST = "0.0.0.0"
+
+
+def container_api(config: AKConfig) -> AKConfig:
+    """The configuration with ``api.host`` at :data:`CONTAINER_HOST` unless it was set."""
+    if "host" in config.api.model_fields_set:
+        return config
+    api = config.api.model_copy(update={"host": CONTAINER_HOST})
+    return config.model_copy(update={"api": api})

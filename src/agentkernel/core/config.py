@@ -11,6 +11,7 @@ from __future__ import annotations
 import logging
 import os
 import threading
+from enum import StrEnum
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
@@ -48,6 +49,7 @@ from agentkernel.core.config_backends import (
     QueuesConfig,
     QueueSettings,
     RedisStoreConfig,
+    ResponseRedisConfig,
     ResponseStoreConfig,
     SQSQueueConfig,
 )
@@ -64,6 +66,7 @@ __all__ = [
     "ApiKeyConfig",
     "AuthConfig",
     "DynamoDBStoreConfig",
+    "ExecutionMode",
     "InMemoryQueueConfig",
     "InputQueueSettings",
     "JwtAlgorithm",
@@ -75,6 +78,7 @@ __all__ = [
     "QueueSettings",
     "QueuesConfig",
     "RedisStoreConfig",
+    "ResponseRedisConfig",
     "ResponseStoreConfig",
     "SQSQueueConfig",
     "WebSocketConfig",
@@ -126,6 +130,20 @@ class RunnerConfig(_Block):
         "turns still queued) to finish. Turns still unfinished are logged by request id and "
         "handed back to the broker for another runner.",
     )
+
+
+class ExecutionMode(StrEnum):
+    """The values of ``execution.mode``, by the names upstream code compares them with.
+
+    The setting itself stays a plain string (``config.execution.mode == "rest_async"``); a member
+    equals its value, so ``mode == ExecutionMode.REST_ASYNC`` holds as well, and a member may be
+    assigned where the setting is built.
+    """
+
+    REST_SYNC = "rest_sync"
+    REST_ASYNC = "rest_async"
+    ASYNC = "async"
+    STREAM = "stream"
 
 
 class ExecutionConfig(_Block):
@@ -352,3 +370,25 @@ def _describe(exc: ValidationError) -> str:
             reason = "unknown key"
         lines.append(f"{key}: {reason}")
     return "invalid configuration: " + "; ".join(lines)
+
+
+# The names upstream agentkernel gives these models (its transport guide tells users to build
+# ``_QueuesConfig``-shaped blocks). Aliases of the models above, not copies: one class each.
+_QueuesConfig = QueuesConfig
+_InputQueueConfig = InputQueueSettings
+_OutputQueueConfig = OutputQueueSettings
+_InMemoryQueueConfig = InMemoryQueueConfig
+_NatsQueueConfig = NatsQueueConfig
+_KafkaQueueConfig = KafkaQueueConfig
+_ResponseStoreConfig = ResponseStoreConfig
+_ResponseStoreRedisConfig = ResponseRedisConfig
+_ResponseStoreValkeyConfig = ResponseRedisConfig
+_ResponseStoreDynamoDBConfig = DynamoDBStoreConfig
+_RedisConfig = RedisStoreConfig
+_ValkeyConfig = RedisStoreConfig
+_DynamoDBConfig = DynamoDBStoreConfig
+_SessionStoreConfig = SessionConfig
+_ExecutionConfig = ExecutionConfig
+_APIConfig = ApiConfig
+_LoggingConfig = LoggingConfig
+_LogLevelConfig = LoggerConfig

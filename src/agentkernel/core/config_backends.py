@@ -210,6 +210,19 @@ class RedisStoreConfig(Block):
     )
 
 
+class ResponseRedisConfig(RedisStoreConfig):
+    """The Redis server of the response store."""
+
+    upstream_prefix: str | None = Field(
+        None,
+        min_length=1,
+        description="Also read replies written by upstream agentkernel 0.9.5, at "
+        "'<upstream_prefix><request_id>' (upstream's default prefix is 'ak:responses:'), so "
+        "turns accepted before a migration can still be polled after it; remove it once "
+        "those replies have expired. Replies are always written as '<prefix>resp:<request_id>'.",
+    )
+
+
 class DynamoDBStoreConfig(Block):
     """A DynamoDB table used as a response or session store."""
 
@@ -235,7 +248,7 @@ class ResponseStoreConfig(Block):
         "(start-up fails otherwise): a retry inside the window is dropped by the broker, so its "
         "stored reply is the only answer it can get.",
     )
-    redis: RedisStoreConfig | None = Field(None, description="Redis response store settings.")
+    redis: ResponseRedisConfig | None = Field(None, description="Redis response store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
     retry_count: int | None = Field(
         None,

@@ -37,6 +37,18 @@ UPSTREAM_ONLY: dict[tuple[str, ...], str] = {
     ("guardrail",): "upstream guardrails",
     ("test",): "the upstream test harness",
     ("slack",): "the upstream Slack integration",
+    ("whatsapp",): "the upstream WhatsApp integration",
+    ("messenger",): "the upstream Messenger integration",
+    ("instagram",): "the upstream Instagram integration",
+    ("telegram",): "the upstream Telegram integration",
+    ("teams",): "the upstream Microsoft Teams integration",
+    ("gmail",): "the upstream Gmail integration",
+    ("livekit",): "the upstream LiveKit voice gateway",
+    ("agui",): "the upstream AG-UI endpoint",
+    ("okf",): "upstream knowledge bundles",
+    ("secret",): "upstream secret providers",
+    ("session", "cosmosdb"): "the upstream Cosmos DB session store",
+    ("session", "firestore"): "the upstream Firestore session store",
 }
 
 #: Upstream keys that set something this package keeps one level up: read there, unless that

@@ -1,6 +1,8 @@
 """The queue pipeline: envelope, transports, consumer loop, thread runner and components.
 
-Names are imported lazily so that ``import agentkernel.pipeline`` stays cheap.
+Names are imported lazily so that ``import agentkernel.pipeline`` stays cheap (importing the
+package never imports FastAPI, a broker client or a store client). The components are exported
+under the names upstream agentkernel's ``agentkernel.pipeline`` gives them.
 """
 
 from __future__ import annotations
@@ -10,19 +12,51 @@ from typing import TYPE_CHECKING
 from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
+    from agentkernel.pipeline.agent_runner import AgentRunner
     from agentkernel.pipeline.consumer.base import QueueConsumer
     from agentkernel.pipeline.consumer.loop import ConsumerLoop
     from agentkernel.pipeline.envelope import QueueMessage, QueueName
+    from agentkernel.pipeline.process.io_handler import IOHandler
     from agentkernel.pipeline.process.thread_runner import ThreadRunner
+    from agentkernel.pipeline.request_handler import RequestHandler
+    from agentkernel.pipeline.response_handler import ResponseHandler
+    from agentkernel.pipeline.transport.base import (
+        QueueTransport,
+        QueueTransportFactory,
+        TransportConsumer,
+    )
+    from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 
-__all__ = ["ConsumerLoop", "QueueConsumer", "QueueMessage", "QueueName", "ThreadRunner"]
+__all__ = [
+    "AgentRunner",
+    "ConsumerLoop",
+    "IOHandler",
+    "InMemoryTransport",
+    "QueueConsumer",
+    "QueueMessage",
+    "QueueName",
+    "QueueTransport",
+    "QueueTransportFactory",
+    "RequestHandler",
+    "ResponseHandler",
+    "ThreadRunner",
+    "TransportConsumer",
+]
 
 _LAZY = {
+    "AgentRunner": "agentkernel.pipeline.agent_runner",
     "ConsumerLoop": "agentkernel.pipeline.consumer.loop",
+    "IOHandler": "agentkernel.pipeline.process.io_handler",
+    "InMemoryTransport": "agentkernel.pipeline.transport.in_memory",
     "QueueConsumer": "agentkernel.pipeline.consumer.base",
     "QueueMessage": "agentkernel.pipeline.envelope",
     "QueueName": "agentkernel.pipeline.envelope",
+    "QueueTransport": "agentkernel.pipeline.transport.base",
+    "QueueTransportFactory": "agentkernel.pipeline.transport.base",
+    "RequestHandler": "agentkernel.pipeline.request_handler",
+    "ResponseHandler": "agentkernel.pipeline.response_handler",
     "ThreadRunner": "agentkernel.pipeline.process.thread_runner",
+    "TransportConsumer": "agentkernel.pipeline.transport.base",
 }
 
 

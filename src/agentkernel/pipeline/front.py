@@ -195,17 +195,22 @@ class ChatFront:
         await self._enqueue(chat, turn, traceparent_or_new(traceparent), identity, attributes)
 
     async def get_chat(
-        self, session_id: str, request_id: str | None, identity: str | None = None
+        self, session_id: str | None, request_id: str | None, identity: str | None = None
     ) -> Answer:
-        """The reply of ``request_id`` once it is ready; 404 before, or under another session."""
+        """The reply of ``request_id`` once it is ready; 404 before, or under another session.
+
+        Both ids are required (400 without one): a reply is only ever read under its session.
+        """
         try:
             return await self._get_chat(session_id, request_id, identity)
         except HTTPError as exc:
             return Answer.of(exc)
 
     async def _get_chat(
-        self, session_id: str, request_id: str | None, identity: str | None
+        self, session_id: str | None, request_id: str | None, identity: str | None
     ) -> Answer:
+        if not session_id:
+            raise HTTPError(400, "INVALID_REQUEST", "the session_id query parameter is required")
         if not request_id:
             raise _no_request_id()
         turn = TurnAddress(session_id, request_id)
@@ -269,12 +274,13 @@ class ChatFront:
     # -- service routes -------------------------------------------------------------------------
 
     def agents(self) -> Answer:
-        """The agents registered in this process."""
-        agents = [
-            {"name": a.name, "description": a.description, "streaming": a.streaming}
-            for a in self.registry.agents()
+        """The agents registered in this process: ``agents`` lists their names (the shape
+        upstream clients read), ``details`` describes each one."""
+        agents = self.registry.agents()
+        details = [
+            {"name": a.name, "description": a.description, "streaming": a.streaming} for a in agents
         ]
-        return Answer(200, {"agents": agents})
+        return Answer(200, {"agents": [a.name for a in agents], "details": details})
 
     async def ready(self) -> Answer:
         """Readiness: the broker and the stores answer, take writes and still hold their data."""

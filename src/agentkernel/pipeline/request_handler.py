@@ -8,11 +8,14 @@ routes, the ``/ws`` socket and the service routes. The Lambda function serves th
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from fastapi import FastAPI
 
+from agentkernel.auth import AuthValidator
 from agentkernel.pipeline.chat import ChatRequest, HTTPError, parse_chat
 from agentkernel.pipeline.front import CHAT_PATH, ChatFront, poll_location
-from agentkernel.pipeline.http.app import build_app
+from agentkernel.pipeline.http.app import RouterSource, build_app
 
 __all__ = [
     "CHAT_PATH",
@@ -28,6 +31,8 @@ __all__ = [
 class RequestHandler(ChatFront):
     """The chat front with the FastAPI application that serves it (see :class:`ChatFront`)."""
 
-    def build_app(self) -> FastAPI:
-        """The application with every route of the HTTP API."""
-        return build_app(self)
+    def build_app(
+        self, auth_validator: AuthValidator | None = None, handlers: Sequence[RouterSource] = ()
+    ) -> FastAPI:
+        """The application with every route of the HTTP API (arguments: see :func:`build_app`)."""
+        return build_app(self, auth_validator, handlers)

@@ -7,11 +7,14 @@ health, readiness, metrics) are the few lines below. Each asks the
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
-from fastapi import FastAPI, WebSocket
+from fastapi import APIRouter, FastAPI, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse
 
+from agentkernel.auth import AuthValidator
+from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.front import CHAT_PATH, ChatFront
 from agentkernel.pipeline.http import openapi
 from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_server_logs
@@ -23,11 +26,37 @@ from agentkernel.pipeline.http.socket_gate import SocketGate
 from agentkernel.pipeline.http.websocket import ChatSocket
 from agentkernel.pipeline.process.metrics import METRICS
 
-__all__ = ["build_app"]
+__all__ = ["RouterSource", "build_app", "routers_of"]
 
 
-def build_app(front: ChatFront) -> FastAPI:
-    """The application with every route of the HTTP API over ``front``."""
+class HasRouter(Protocol):
+    """What upstream's ``RESTRequestHandler`` offers: the routes it serves."""
+
+    def get_router(self) -> APIRouter: ...
+
+
+#: A handler mounted beside the API's routes.
+RouterSource = HasRouter | APIRouter
+
+
+def build_app(
+    front: ChatFront,
+    auth_validator: AuthValidator | None = None,
+    handlers: Sequence[RouterSource] = (),
+) -> FastAPI:
+    """The application with every route of the HTTP API over ``front``.
+
+    Args:
+        front: the chat front the routes serve.
+        auth_validator: checks bearer tokens on every route but ``/health`` and ``/ready``,
+            turning authentication on even when ``api.auth.enabled`` is off.
+        handlers: more routes, mounted after the API's own (which keep their paths): objects
+            with ``get_router()`` (upstream's ``RESTRequestHandler``) or FastAPI routers.
+            Authentication covers them like every other route.
+
+    Raises:
+        AKConfigError: a handler is neither a router nor has ``get_router()``.
+    """
     app = FastAPI(
         title="agentkernel",
         version="1",
@@ -38,17 +67,41 @@ def build_app(front: ChatFront) -> FastAPI:
     install_error_handlers(app)
     protect_server_logs()
     api = front.config.api
-    if api.auth.enabled:
+    if api.auth.enabled or auth_validator is not None:
         app.add_middleware(
             AuthMiddleware,
-            authenticator=Authenticator(api.auth),
+            authenticator=Authenticator(api.auth, auth_validator),
             open_paths=OPEN_PATHS | public_paths(api.limits.public_routes),
         )
     if api.access_log:
         app.add_middleware(AccessLogMiddleware)  # outermost: refused requests are logged too
     _chat_routes(app, ChatRoutes(front), SocketGate(api.limits))
     _service_routes(app, front)
+    for router in routers_of(handlers):
+        app.include_router(router)
     return app
+
+
+def routers_of(handlers: Sequence[RouterSource]) -> list[APIRouter]:
+    """The router of each handler: itself, or what its ``get_router()`` returns (``None``
+    entries are skipped, as upstream does)."""
+    routers = []
+    for handler in handlers:
+        if handler is None:
+            continue
+        router = handler if isinstance(handler, APIRouter) else _get_router(handler)
+        if not isinstance(router, APIRouter):
+            raise AKConfigError(
+                f"handlers: {type(handler).__name__} is neither a FastAPI APIRouter nor has a "
+                "get_router() that returns one"
+            )
+        routers.append(router)
+    return routers
+
+
+def _get_router(handler: object) -> object:
+    get_router = getattr(handler, "get_router", None)
+    return get_router() if callable(get_router) else None
 
 
 def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
@@ -59,6 +112,7 @@ def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
         openapi_extra=openapi.POST_BODY,
     )(routes.post_chat)
     app.get(CHAT_PATH + "/{session_id}", responses=openapi.GET_RESPONSES)(routes.get_chat)
+    app.get(CHAT_PATH, responses=openapi.GET_RESPONSES)(routes.poll_chat)
     app.get(CHAT_PATH + "/{session_id}/stream", responses=openapi.STREAM_RESPONSES)(
         routes.get_stream
     )

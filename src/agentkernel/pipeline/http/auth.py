@@ -73,15 +73,22 @@ class Credential:
 class Authenticator:
     """Turns a request's credentials into a :class:`Credential`.
 
+    Args:
+        config: ``api.auth``.
+        validator: checks bearer tokens instead of ``api.auth.validator`` or the JWT settings
+            (a validator instance handed to ``ECSIOHandler.run(auth_validator=...)``).
+
     Raises:
         AKConfigError: auth is enabled without any way to check a credential.
     """
 
-    def __init__(self, config: AuthConfig) -> None:
+    def __init__(self, config: AuthConfig, validator: AuthValidator | None = None) -> None:
         keys = {k.user: k.key.get_secret_value() for k in config.api_keys}
         self._api_keys = ApiKeyValidator(keys) if keys else None
         self._bearer: AuthValidator | None = self._api_keys
-        if config.validator:
+        if validator is not None:
+            self._bearer = validator
+        elif config.validator:
             self._bearer = resolve_dotted(config.validator, AuthValidator, "api.auth.validator")()
         elif config.jwt is not None:
             self._bearer = JwtValidator(config.jwt)

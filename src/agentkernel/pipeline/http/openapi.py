@@ -74,7 +74,11 @@ STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
 }
 GET_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {"description": "The reply."},
-    400: {"description": "The request_id query parameter is missing.", **_ERROR},
+    400: {
+        "description": "The request_id (or, on the query form, the session_id) query parameter "
+        "is missing.",
+        **_ERROR,
+    },
     401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
     404: {
         "description": "No reply to read: error PENDING (with Retry-After) while the turn runs, "

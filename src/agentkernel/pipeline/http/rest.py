@@ -3,7 +3,8 @@
 ``POST /api/v1/chat`` puts a turn on the INPUT queue and answers with its reply (``rest_sync``),
 202 (``rest_async`` or ``Prefer: respond-async``) or an event stream (``Accept:
 text/event-stream``); ``GET /api/v1/chat/{session_id}?request_id=`` reads a reply until its TTL
-ends, and ``.../stream`` resumes a streamed one. What each answers is decided by
+ends (upstream's ``GET /api/v1/chat?request_id=&session_id=`` is the same read), and
+``.../stream`` resumes a streamed one. What each answers is decided by
 :class:`~agentkernel.pipeline.front.ChatFront`; this module only translates.
 """
 
@@ -47,6 +48,13 @@ class ChatRoutes:
 
     async def get_chat(self, session_id: str, request_id: str | None = None) -> Response:
         """The reply of ``request_id`` once it is ready; 404 before, or under another session."""
+        return self._response(await self.front.get_chat(session_id, request_id, IDENTITY.get()))
+
+    async def poll_chat(
+        self, request_id: str | None = None, session_id: str | None = None
+    ) -> Response:
+        """Upstream's poll form, ``GET /api/v1/chat?request_id=&session_id=``: the same read as
+        :meth:`get_chat`, the session taken from the query (required here)."""
         return self._response(await self.front.get_chat(session_id, request_id, IDENTITY.get()))
 
     async def get_stream(self, request: Request, session_id: str, request_id: str = "") -> Response:

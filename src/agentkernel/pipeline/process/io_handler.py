@@ -28,11 +28,12 @@ import asyncio
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import cast
 
 import uvicorn
 
+from agentkernel.auth import AuthValidator
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
@@ -40,6 +41,7 @@ from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.http.app import RouterSource
 from agentkernel.pipeline.http.server_limits import server_options
 from agentkernel.pipeline.process.event_loop import StallWatchdog
 from agentkernel.pipeline.process.metrics import METRICS
@@ -80,6 +82,9 @@ class IOHandler:
             the queues live in this process, since nothing outside it can reach them.
         transport: override the configured transport.
         store: override the configured response store.
+        auth_validator: check bearer tokens with this validator (authentication on).
+        handlers: more routes to serve beside the API's own (see
+            :func:`agentkernel.pipeline.http.app.build_app`).
     """
 
     def __init__(
@@ -90,6 +95,8 @@ class IOHandler:
         with_runner: bool | None = None,
         transport: QueueTransport | None = None,
         store: ResponseStore | None = None,
+        auth_validator: AuthValidator | None = None,
+        handlers: Sequence[RouterSource] = (),
     ) -> None:
         self.config = config
         execution = self.config.execution
@@ -113,7 +120,7 @@ class IOHandler:
             self.runner_loop = self._runner_loop()
         self.server = uvicorn.Server(
             uvicorn.Config(
-                self.api.build_app(),
+                self.api.build_app(auth_validator, handlers),
                 host=self.config.api.host,
                 port=self.config.api.port,
                 log_config=None,
@@ -158,12 +165,25 @@ class IOHandler:
         )
 
     @classmethod
-    def run(cls, with_runner: bool | None = None) -> None:
+    def run(
+        cls,
+        auth_validator: AuthValidator | None = None,
+        handlers: Sequence[RouterSource] | None = None,
+        *,
+        with_runner: bool | None = None,
+    ) -> None:
         """Process entry: build from the process's configuration and agents, serve until SIGTERM.
 
         The CLI sets both (:meth:`AKConfig.set`, the registry the agents registered in).
+        ``auth_validator`` and ``handlers`` are upstream's parameters, in its order.
         """
-        handler = cls(AKConfig.get(), AgentRegistry.default(), with_runner=with_runner)
+        handler = cls(
+            AKConfig.get(),
+            AgentRegistry.default(),
+            with_runner=with_runner,
+            auth_validator=auth_validator,
+            handlers=handlers or (),
+        )
         ThreadRunner.install_signal_handlers()
         handler.serve()
 

@@ -73,12 +73,18 @@ class ThreadRunner:
 
     @classmethod
     def run(
-        cls, tasks: list[Task], exit_on_shutdown: bool = True, shutdown_timeout: float | None = None
+        cls,
+        tasks: list[Task],
+        max_workers: int | None = None,
+        exit_on_shutdown: bool = True,
+        shutdown_timeout: float | None = None,
     ) -> dict[str, Any]:
         """Start every task and wait for the awaited ones.
 
         Args:
             tasks: the tasks; thread names should be unique (results are keyed by them).
+            max_workers: at most this many tasks run at once, the others start as running ones
+                end (upstream's parameter, in its position); ``None`` runs them all at once.
             exit_on_shutdown: once the awaited tasks are done, exit the process if a shutdown
                 was requested; ``False`` returns instead (for nested runs).
             shutdown_timeout: seconds to keep waiting for the awaited tasks once a shutdown
@@ -86,11 +92,19 @@ class ThreadRunner:
 
         Returns:
             each finished task's return value, by thread name.
+
+        Raises:
+            ValueError: ``max_workers`` is below 1.
         """
+        if max_workers is not None and (
+            not isinstance(max_workers, int) or isinstance(max_workers, bool) or max_workers < 1
+        ):
+            raise ValueError(f"max_workers must be a positive int or None, not {max_workers!r}")
+        slots = threading.BoundedSemaphore(max_workers or max(len(tasks), 1))
         reports: queue.Queue[tuple[ThreadRunner.Task, Any]] = queue.Queue()
         for task in tasks:
             threading.Thread(
-                target=cls._guard, args=(task, reports), name=task.thread_name, daemon=True
+                target=cls._guard, args=(task, reports, slots), name=task.thread_name, daemon=True
             ).start()
         results: dict[str, Any] = {}
         awaited = {task.thread_name for task in tasks if task.awaited_on_shutdown}
@@ -123,11 +137,14 @@ class ThreadRunner:
             hard_exit(cls.shutdown_exit_code)
 
     @classmethod
-    def _guard(cls, task: Task, reports: queue.Queue[tuple[Task, Any]]) -> None:
+    def _guard(
+        cls, task: Task, reports: queue.Queue[tuple[Task, Any]], slots: threading.BoundedSemaphore
+    ) -> None:
         result: Any = None
         try:
-            fn = task.execution_function
-            result = fn() if task.item is None else fn(task.item)
+            with slots:
+                fn = task.execution_function
+                result = fn() if task.item is None else fn(task.item)
         except BaseException as exc:
             cls._on_failure(task, exc)
         finally:

@@ -29,7 +29,11 @@ def create_response_store(config: ResponseStoreConfig) -> ResponseStore:
             from agentkernel.pipeline.response_store.redis import RedisResponseStore
         redis = config.redis
         return RedisResponseStore(
-            redis.url, redis.prefix, config.ttl, allow_eviction=redis.allow_eviction
+            redis.url,
+            redis.prefix,
+            config.ttl,
+            allow_eviction=redis.allow_eviction,
+            upstream_prefix=redis.upstream_prefix,
         )
     if kind == "dynamodb":
         if config.dynamodb is None or not config.dynamodb.table_name:

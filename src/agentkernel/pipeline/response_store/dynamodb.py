@@ -1,5 +1,10 @@
 """Replies in a DynamoDB table (partition key ``request_id``, TTL attribute ``expiry_time``).
 
+A reply item has ``request_id``, ``session_id``, ``status_code``, ``body`` (the reply as a JSON
+string), ``expiry_time`` and, with authentication on, ``owner``. Items written by upstream
+agentkernel in the same table (``body`` a map, ``expiry_time`` absent when its TTL was 0) are
+read as well, so turns accepted before a migration can still be polled after it.
+
 DynamoDB has no change notification a request could wait on cheaply, so a waiting sync request
 polls with a short, growing interval (the base class's ``wait``). DynamoDB removes expired items
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
@@ -19,8 +24,10 @@ import json
 import math
 import secrets
 import time
+from decimal import Decimal
 from typing import Any
 
+from boto3.dynamodb.types import TypeDeserializer
 from botocore.config import Config
 
 from agentkernel.core.botocore_errors import (
@@ -105,13 +112,13 @@ class DynamoDBResponseStore(ResponseStore):
             item = reply.get("Item")
             if item is None or "session_id" not in item:  # none, or a chunk, ticket, secret
                 return None
-            if float(item[TTL_ATTRIBUTE]["N"]) <= time.time():
+            if _expired(item):
                 return None
             return ResponseRecord(
                 request_id=request_id,
                 session_id=item["session_id"]["S"],
                 status_code=int(item["status_code"]["N"]),
-                body=json.loads(item["body"]["S"]),
+                body=_reply_body(item["body"]),
                 owner=item.get("owner", {}).get("S"),
             )
 
@@ -207,3 +214,28 @@ class DynamoDBResponseStore(ResponseStore):
     def close(self) -> None:
         with _errors("DynamoDB close"):
             self._client.close()
+
+
+def _expired(item: dict[str, Any]) -> bool:
+    """Past its ``expiry_time``; an item without one (upstream with TTL 0) does not expire."""
+    expiry = item.get(TTL_ATTRIBUTE)
+    return expiry is not None and float(expiry["N"]) <= time.time()
+
+
+def _reply_body(attribute: dict[str, Any]) -> dict[str, Any]:
+    """The reply document: a JSON string here, a map where upstream agentkernel wrote it."""
+    if "S" in attribute:
+        body: dict[str, Any] = json.loads(attribute["S"])
+        return body
+    return dict(_plain(TypeDeserializer().deserialize(attribute)))
+
+
+def _plain(value: Any) -> Any:
+    """A deserialized DynamoDB value as JSON values: numbers come back as ``Decimal``."""
+    if isinstance(value, Decimal):
+        return int(value) if value == value.to_integral_value() else float(value)
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, (list, set, frozenset)):
+        return [_plain(item) for item in value]
+    return value

@@ -1,6 +1,8 @@
 """Replies in Redis, shared by every IO process; waiting requests are woken by pub/sub.
 
-A record is a JSON string at ``<prefix>resp:<request_id>`` with a millisecond expiry. Writing it
+A record is a JSON string at ``<prefix>resp:<request_id>`` with a millisecond expiry (upstream
+agentkernel's records, the same JSON at ``<upstream_prefix><request_id>``, are read too when
+``upstream_prefix`` is set, for a migration). Writing it
 also publishes on ``<prefix>done:<request_id>``; one pattern subscription per store (on its own
 thread) wakes the waiters of this process, so a sync request learns of its reply at once without
 polling and without a connection per waiting request.
@@ -85,6 +87,8 @@ class RedisResponseStore(ResponseStore):
         prefix: prefix of every key and channel.
         ttl: seconds a record stays readable.
         allow_eviction: run on a server whose eviction policy may drop tickets and replies.
+        upstream_prefix: also read replies upstream agentkernel wrote at
+            ``<upstream_prefix><request_id>`` (a migration); ``None`` reads only ours.
 
     Raises:
         AKConfigError: the URL is malformed, or the server may evict and ``allow_eviction``
@@ -96,9 +100,16 @@ class RedisResponseStore(ResponseStore):
     pushes = True
 
     def __init__(
-        self, url: str, prefix: str = "ak:", ttl: float = 3600.0, *, allow_eviction: bool = False
+        self,
+        url: str,
+        prefix: str = "ak:",
+        ttl: float = 3600.0,
+        *,
+        allow_eviction: bool = False,
+        upstream_prefix: str | None = None,
     ) -> None:
         super().__init__(ttl)
+        self._upstream_prefix = upstream_prefix
         key = "execution.response_store.redis"
         self._redis = connect(url, f"{key}.url")
         self._prefix = prefix
@@ -130,7 +141,10 @@ class RedisResponseStore(ResponseStore):
 
     def get(self, request_id: str) -> ResponseRecord | None:
         with _errors(f"read of {request_id}"):
-            raw = self._redis.get(self._key(request_id))
+            keys = [self._key(request_id)]
+            if self._upstream_prefix is not None:  # same JSON fields, another key
+                keys.append(f"{self._upstream_prefix}{request_id}")
+            raw = next((value for value in self._redis.mget(keys) if value is not None), None)
             if raw is None and self._guard.refuses_misses():  # the reply may have been evicted
                 raise StoreDataLostError(f"no reply of {request_id}: keys were evicted")
             return None if raw is None else ResponseRecord.from_json(raw)

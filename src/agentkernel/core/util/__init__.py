@@ -1,0 +1,1 @@
+"""Upstream agentkernel's ``agentkernel.core.util`` import paths, kept for code written for it."""
