@@ -54,7 +54,7 @@ class LimitsConfig(Block):
     max_header_bytes: int = Field(
         16_384,
         ge=1024,
-        description="Largest request line plus headers, in bytes; a larger one is answered 400 "
+        description="Largest request line plus headers, in bytes; a larger one is answered 431 "
         "and closed.",
     )
     public_routes: list[PublicRoute] = Field(
