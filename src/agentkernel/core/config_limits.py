@@ -25,8 +25,9 @@ class LimitsConfig(Block):
         ge=1,
         description="Turns one identity may have accepted whose reply it has not read yet (a "
         "sync answer, a GET of the reply, a WebSocket reply or a finished stream reads it); one "
-        "more is answered 429 with Retry-After. Counted across IO processes when the response "
-        "store is shared (redis). null: no cap.",
+        "more is answered 429 with Retry-After. Counted across IO processes and Lambda containers "
+        "when the response store is shared (redis, dynamodb; at most 5000 with dynamodb). null: "
+        "no cap.",
     )
     identity_reply_bytes: int | None = Field(
         67_108_864,
