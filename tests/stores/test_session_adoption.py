@@ -1,6 +1,6 @@
 """Sessions stored before they were scoped per identity are adopted by their owner, and only by
-their owner (``session.adopt_unscoped``; issue 24): with the in-memory and the Redis store, and
-through a real server with API keys."""
+their owner (``session.adopt_unscoped``; issue 24): with the in-memory, Redis and DynamoDB
+(moto) stores, and through a real server with API keys (in-memory and Redis)."""
 
 from __future__ import annotations
 
@@ -18,9 +18,11 @@ from agentkernel.pipeline.scoping import session_key
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
 from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome
+from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from tests.api.conftest import Server, make_config, registry
+from tests.stores.test_response_stores import create_table
 
 ALICE = "key:alice"
 IDP = "https://idp.example/"
@@ -32,11 +34,25 @@ def prefix() -> str:
     return f"adopt-{uuid.uuid4().hex[:8]}:"
 
 
-@pytest.fixture(params=["in_memory", "redis"])
-def store(request: pytest.FixtureRequest, prefix: str) -> SessionStore:
-    if request.param == "in_memory":
+def make_store(request: pytest.FixtureRequest, kind: str, prefix: str) -> SessionStore:
+    if kind == "in_memory":
         return InMemorySessionStore()
-    return RedisSessionStore(request.getfixturevalue("redis_url"), prefix=prefix)
+    if kind == "redis":
+        return RedisSessionStore(request.getfixturevalue("redis_url"), prefix=prefix)
+    request.getfixturevalue("aws")
+    table = f"adopt-{uuid.uuid4().hex[:8]}"
+    create_table(table, "session_id")
+    return DynamoDBSessionStore(table)
+
+
+@pytest.fixture(params=["in_memory", "redis", "dynamodb"])
+def store(request: pytest.FixtureRequest, prefix: str) -> SessionStore:
+    return make_store(request, request.param, prefix)
+
+
+@pytest.fixture(params=["in_memory", "redis"])
+def server_store(request: pytest.FixtureRequest, prefix: str) -> SessionStore:
+    return make_store(request, request.param, prefix)
 
 
 def legacy(store: SessionStore, session_id: str, owner: str | None, turns: int = 2) -> None:
@@ -167,14 +183,14 @@ KEYS = {"alice": "alice-adopt-key-1", "bob": "bob-adopt-key-2"}
 
 @pytest.fixture
 def adopting_server(
-    store: SessionStore, prefix: str, request: pytest.FixtureRequest
+    server_store: SessionStore, prefix: str, request: pytest.FixtureRequest
 ) -> Iterator[Server]:
     auth = AuthConfig.model_validate(
         {"enabled": True, "api_keys": [{"user": u, "key": k} for u, k in KEYS.items()]}
     )
     config = make_config(auth=auth)
     session = config.session.model_copy(update={"adopt_unscoped": ["key"]})
-    if isinstance(store, RedisSessionStore):  # the runner's own store, on the same keys
+    if isinstance(server_store, RedisSessionStore):  # the runner's own store, on the same keys
         session = SessionConfig.model_validate(
             {
                 "type": "redis",
@@ -196,11 +212,11 @@ def chat(server: Server, user: str, session: str) -> Any:
 
 
 def test_an_upgraded_server_continues_the_owners_old_session(
-    adopting_server: Server, store: SessionStore
+    adopting_server: Server, server_store: SessionStore
 ) -> None:
     runners = adopting_server.handler.api.stores["session_store"]
     assert isinstance(runners, SessionStore)
-    seeded = runners if isinstance(store, InMemorySessionStore) else store
+    seeded = runners if isinstance(server_store, InMemorySessionStore) else server_store
     old = SessionRecord({"prompts": ["one", "two"]}, version=2, owner="alice")
     seeded.write("legacy-1", old, expected_version=0)  # as the server before the upgrade left it
     bobs = chat(adopting_server, "bob", "legacy-1")  # bob's own, new session of that name
