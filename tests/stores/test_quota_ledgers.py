@@ -4,9 +4,11 @@ shared ones also survive losing their counts and fail alike when their server is
 from __future__ import annotations
 
 import logging
+import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
@@ -177,6 +179,53 @@ CALLS: dict[str, Callable[[QuotaLedger], object]] = {
 def _fake_aws_credentials(monkeypatch: pytest.MonkeyPatch) -> None:
     for key, value in servers.aws_env("http://127.0.0.1:1").items():
         monkeypatch.setenv(key, value)
+
+
+@pytest.fixture
+def throttling_dynamodb(_fake_aws_credentials: None) -> Iterator[str]:
+    """A DynamoDB endpoint that throttles every call, as AWS answers a hot partition."""
+    calls: list[str] = []
+
+    class Throttle(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("content-length", 0)))
+            calls.append(self.headers.get("x-amz-target", ""))
+            body = b'{"__type": "com.amazonaws.dynamodb.v20120810#ThrottlingException", '
+            body += b'"message": "Rate of requests exceeds the allowed throughput."}'
+            self.send_response(400)
+            self.send_header("content-type", "application/x-amz-json-1.0")
+            self.send_header("content-length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def log_message(self, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Throttle)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{server.server_address[1]}"
+    server.shutdown()
+    server.server_close()
+    assert calls, "the endpoint was never called"
+
+
+@pytest.mark.parametrize("call", sorted(CALLS))
+def test_a_throttled_dynamodb_ledger_is_store_unavailable(
+    throttling_dynamodb: str, call: str
+) -> None:
+    store = DynamoDBResponseStore("replies", endpoint_url=throttling_dynamodb)
+    with pytest.raises(StoreUnavailableError, match="ThrottlingException"):
+        CALLS[call](store.quota_ledger())
+
+
+def test_a_throttled_ledger_lets_the_turn_through(
+    throttling_dynamodb: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    store = DynamoDBResponseStore("replies", endpoint_url=throttling_dynamodb)
+    quota = IdentityQuota(store, LimitsConfig(identity_unread_turns=1))
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.quota.front"):
+        quota.admit("key:a", "r1", "s1")
+    assert "not counted" in caplog.text
 
 
 @pytest.mark.usefixtures("_fake_aws_credentials")
