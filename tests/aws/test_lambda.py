@@ -416,3 +416,26 @@ def test_the_connection_store_without_a_region_is_a_config_error(
     with pytest.raises(AKConfigError, match=r"api\.websocket\.connections_table") as caught:
         ConnectionStore("connections")
     assert caught.value.__cause__ is not None
+
+
+# -- per-identity quota: a reply pushed to its WebSocket has been read ---------------------------
+
+
+def test_websocket_replies_pushed_to_their_connection_free_the_unread_quota(
+    d: Deployment, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen in issue 24: the Lambda response handler pushed WebSocket replies without telling
+    the quota ledger, so every WebSocket turn counted as unread until the TTL: an identity was
+    refused 429 after ``identity_unread_turns`` turns whose replies it had all received."""
+    monkeypatch.setenv("AK_API__LIMITS__IDENTITY_UNREAD_TURNS", "2")
+    event = websocket("CONNECT", "conn-q")
+    event["requestContext"]["authorizer"] = {"principalId": "quinn"}
+    WebsocketConnectionHandler.handler(event)
+    for index in range(4):
+        message = websocket("MESSAGE", "conn-q", {"route": "chat", "body": chat("q", f"t{index}")})
+        message["requestContext"]["authorizer"] = {"principalId": "quinn"}
+        queued = body_of(Lambda.handler(message))
+        assert queued["type"] == "CHAT_QUEUED", queued
+        d.run_turns()
+        [response] = d.management.wait_for("conn-q", index + 1)[index:]
+        assert response["type"] == "CHAT_RESPONSE"

@@ -37,7 +37,8 @@ IO_ROLE = {
         "dynamodb:Query",
         "dynamodb:DeleteItem",
     }
-    | {"dynamodb:DescribeTable"},
+    | {"dynamodb:DescribeTable"}
+    | {"dynamodb:UpdateItem"},  # the per-identity quota counts
     "DeadLetterOutput": {"sqs:SendMessage"},  # an undecodable reply, copied to the DLQ at once
 }
 RUNNER_ROLE = {
@@ -204,11 +205,36 @@ def test_the_roles_cover_every_api_call_the_code_makes() -> None:
         assert actions == {"sqs:SendMessage"}
         assert resources == [f"${{module.queues[0].{dlq}_dlq_arn}}"]
     store_calls = api_calls(SRC / "pipeline" / "response_store" / "dynamodb.py", "dynamodb")
+    store_calls |= api_calls(SRC / "pipeline" / "quota" / "dynamodb.py", "dynamodb")
     assert store_calls <= policy("io")["ResponseStore"][0]
     session_calls = api_calls(SRC / "pipeline" / "session_store" / "dynamodb.py", "dynamodb") - {
         "dynamodb:DescribeTable"  # the session store's ping; no runner route calls it
     }
     assert session_calls <= policy("runner")["SessionStore"][0]
+
+
+def response_table_actions(module: str) -> set[str]:
+    """The actions a serverless module's function is granted on the response table."""
+    text = a.expression(a.module_calls(a.MODULES / module)["function"]["policy_statements"])
+    statements = re.findall(r"\{sid = [^{}]*\}", text)
+    granted = [st for st in statements if "var.response_table_arn" in st]
+    assert len(granted) == 1, module
+    return set(re.findall(r'"(dynamodb:\w+)"', granted[0]))
+
+
+def test_the_lambda_functions_may_make_the_response_table_calls_their_code_makes() -> None:
+    """Seen in issue 24: the request handler was granted GetItem only, but the front it runs
+    writes each turn's ticket and the deployment secret (PutItem) and, with the quota ledger,
+    counts each turn (UpdateItem); the response handler counts stored bytes (UpdateItem)."""
+    code = api_calls(SRC / "pipeline" / "response_store" / "dynamodb.py", "dynamodb")
+    code |= api_calls(SRC / "pipeline" / "quota" / "dynamodb.py", "dynamodb")
+    # the front: read replies and tickets, write tickets and the secret, check and count quotas
+    front = {"dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"}
+    # the response handler: write replies and chunks, count their bytes
+    writer = {"dynamodb:PutItem", "dynamodb:UpdateItem"}
+    assert front | writer <= code
+    assert front <= response_table_actions("request-handler")
+    assert writer <= response_table_actions("response-handler")
 
 
 def all_statements() -> list[tuple[str, dict]]:

@@ -1,5 +1,6 @@
 """Per-identity caps on unread turns and stored reply bytes (issue 24): real uvicorn, real HTTP
-and WebSocket clients, with the in-memory store and with Redis shared by two IO processes."""
+and WebSocket clients, with the in-memory store, and with Redis or DynamoDB (moto) shared by two
+IO processes."""
 
 from __future__ import annotations
 
@@ -26,18 +27,33 @@ AUTH = AuthConfig.model_validate(
 ASYNC = {"Prefer": "respond-async"}
 
 
-def redis_store(redis_url: str) -> ResponseStore:
-    pytest.importorskip("redis")
-    from agentkernel.pipeline.response_store.redis import RedisResponseStore
+def dynamodb_table(request: pytest.FixtureRequest) -> str:
+    request.getfixturevalue("aws")
+    from tests.stores.test_response_stores import create_table
 
-    return RedisResponseStore(redis_url, prefix=f"akq-{uuid.uuid4().hex[:8]}:")
+    table = f"akq-{uuid.uuid4().hex[:8]}"
+    create_table(table, "request_id")
+    return table
 
 
-@pytest.fixture(params=["in_memory", "redis"])
+def shared_stores(request: pytest.FixtureRequest, kind: str) -> Callable[[], ResponseStore]:
+    """Makes stores of one shared deployment: each its own client, like one per IO process."""
+    if kind == "redis":
+        url, prefix = request.getfixturevalue("redis_url"), f"akq-{uuid.uuid4().hex[:8]}:"
+        from agentkernel.pipeline.response_store.redis import RedisResponseStore
+
+        return lambda: RedisResponseStore(url, prefix=prefix)
+    from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
+
+    table = dynamodb_table(request)
+    return lambda: DynamoDBResponseStore(table)
+
+
+@pytest.fixture(params=["in_memory", "redis", "dynamodb"])
 def store(request: pytest.FixtureRequest) -> ResponseStore:
     if request.param == "in_memory":
         return InMemoryResponseStore()
-    return redis_store(request.getfixturevalue("redis_url"))
+    return shared_stores(request, request.param)()
 
 
 def post(
@@ -141,17 +157,17 @@ def test_a_refused_turn_is_never_queued(start_server: Any) -> None:  # noqa: F81
     assert transport.sent == 1
 
 
-def test_two_io_processes_sharing_redis_share_the_count(
+@pytest.mark.parametrize("kind", ["redis", "dynamodb"])
+def test_two_io_processes_sharing_a_store_share_the_count(
     start_server: Any,  # noqa: F811
-    redis_url: str,
+    request: pytest.FixtureRequest,
+    kind: str,
 ) -> None:
-    prefix = f"akq-{uuid.uuid4().hex[:8]}:"
-    from agentkernel.pipeline.response_store.redis import RedisResponseStore
-
+    make_store = shared_stores(request, kind)
     servers = [
         start_server(
             transport=InMemoryTransport(),
-            store=RedisResponseStore(redis_url, prefix=prefix),
+            store=make_store(),
             auth=AUTH,
             limits=LimitsConfig(identity_unread_turns=2),
         )

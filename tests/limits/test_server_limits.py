@@ -102,7 +102,55 @@ def test_headers_over_the_size_limit_are_refused(strict: Server) -> None:
         with contextlib.suppress(BrokenPipeError, ConnectionResetError):
             sock.sendall(b"a" * 2000 + b"\r\n\r\n")
         data, _ = read_until_closed(sock, limit=5)
-    assert data.startswith(b"HTTP/1.1 400"), data
+    assert data.startswith(b"HTTP/1.1 431"), data
+    assert b"HEADERS_TOO_LARGE" in data
+
+
+def head(size: int) -> bytes:
+    """A GET /health head of exactly ``size`` bytes (one padding header)."""
+    start, end = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ", b"\r\n\r\n"
+    return start + b"a" * (size - len(start) - len(end)) + end
+
+
+@pytest.mark.parametrize("size", [100 * 1024, 16_385])
+def test_a_head_over_the_limit_in_one_write_is_refused_whatever_the_read_size(
+    start_server: Any,  # noqa: F811
+    size: int,
+) -> None:
+    """Seen in issue 24: a head that arrived whole in one socket read was parsed up to 256 KiB,
+    because the parser's limit only bounds an incomplete head."""
+    server = start_server()  # the default limit, 16 KiB
+    with connect(server) as sock:
+        with contextlib.suppress(BrokenPipeError, ConnectionResetError):
+            sock.sendall(head(size))
+        data, _ = read_until_closed(sock, limit=5)
+    assert data.startswith(b"HTTP/1.1 431"), data[:200]
+    assert b'{"status":"ok"}' not in data
+
+
+def test_a_pipelined_head_over_the_limit_is_refused_after_the_first_answer(
+    start_server: Any,  # noqa: F811
+) -> None:
+    server = start_server()
+    with connect(server) as sock:
+        sock.sendall(head(200) + head(100 * 1024))  # both heads arrive in one read
+        data, _ = read_until_closed(sock, limit=5)
+    first, _, rest = data.partition(b'{"status":"ok"}')
+    assert first.startswith(b"HTTP/1.1 200"), data[:200]
+    assert rest.startswith(b"HTTP/1.1 431"), data[:400]
+
+
+def test_a_head_just_under_the_limit_is_served(start_server: Any) -> None:  # noqa: F811
+    server = start_server()
+    with connect(server) as sock:
+        sock.sendall(head(LimitsConfig().max_header_bytes))
+        sock.settimeout(5)
+        data = b""
+        while not data.endswith(b'{"status":"ok"}'):
+            chunk = sock.recv(65536)
+            assert chunk, data
+            data += chunk
+    assert data.startswith(b"HTTP/1.1 200")
 
 
 def test_the_default_header_timeout_is_bounded() -> None:

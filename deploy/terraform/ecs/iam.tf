@@ -1,8 +1,9 @@
 # Task roles with the queue-mode guide's actions, each on its one resource, plus the two reads the
 # code makes at start-up and in GET /ready: sqs:GetQueueAttributes (queue checks, lease length,
-# depth metrics) and dynamodb:DescribeTable (response store ping), and sqs:SendMessage to the
-# dead-letter queue of the queue each role consumes (an undecodable message is copied there at
-# once). tests/deploy checks the lists.
+# depth metrics) and dynamodb:DescribeTable (response store ping), dynamodb:UpdateItem (the
+# per-identity quota counts, one item per identity in the response table), and sqs:SendMessage
+# to the dead-letter queue of the queue each role consumes (an undecodable message is copied
+# there at once). tests/deploy checks the lists.
 
 data "aws_iam_policy_document" "ecs_tasks_assume" {
   statement {
@@ -65,6 +66,7 @@ data "aws_iam_policy_document" "io" {
       "dynamodb:Query",
       "dynamodb:DeleteItem",
       "dynamodb:DescribeTable",
+      "dynamodb:UpdateItem",
     ]
     resources = [module.tables[0].response_table_arn]
   }

@@ -5,7 +5,8 @@ a poll) finds it. A reply to a WebSocket turn (its messages carry the connection
 management endpoint) is pushed to the connection with ``PostToConnection`` as a
 ``CHAT_RESPONSE`` frame, or as ``STREAM_CHUNK`` frames ending with ``done`` for a streamed turn;
 it is stored too when a table is configured, so it can be polled. A connection that is gone
-(410) is forgotten and its messages are not retried.
+(410) is forgotten and its messages are not retried. A final frame that reached its connection
+is the caller reading the reply: its turn no longer counts against the identity's unread quota.
 """
 
 from __future__ import annotations
@@ -23,14 +24,16 @@ from agentkernel.aws.settings import ecs_config
 from agentkernel.aws.websocket import ConnectionStore
 from agentkernel.core.botocore_errors import botocore_errors, client, error_code
 from agentkernel.core.config import AKConfig, QueuesConfig
-from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
+from agentkernel.core.errors import ResponseStoreError, StoreError, StoreUnavailableError
 from agentkernel.pipeline.chat import system_response
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
+    ATTR_REQUEST_ID,
     ATTR_STREAM,
+    ATTR_USER_ID,
     QueueMessage,
     QueueName,
 )
@@ -206,9 +209,22 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         endpoint = message.attributes.get(ATTR_ENDPOINT, "")
         try:
             self.pusher.post(endpoint, connection, frame)
+            self._release_quota(message)
         except ConnectionGone:
             logger.info(
                 "connection %s is gone; dropping message %s", connection, message.message_id
             )
             if self.connections is not None:
                 self.connections.remove(connection)
+
+    def _release_quota(self, message: QueueMessage) -> None:
+        """A final frame reached its client: release the turn from its owner's unread quota
+        (best effort, as the chat front does)."""
+        attributes = message.attributes
+        owner, request_id = attributes.get(ATTR_USER_ID), attributes.get(ATTR_REQUEST_ID)
+        if self.store is None or not owner or not request_id or ATTR_CHUNK_INDEX in attributes:
+            return
+        try:
+            self.store.quota_ledger().read(owner, request_id)
+        except StoreError as exc:
+            logger.warning("turn %s delivered but still counted as unread: %s", request_id, exc)

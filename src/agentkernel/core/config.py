@@ -13,12 +13,13 @@ import os
 import threading
 from enum import StrEnum
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 import yaml
 from pydantic import (
     Field,
     SecretStr,
+    StringConstraints,
     ValidationError,
     model_validator,
 )
@@ -168,6 +169,11 @@ class ExecutionConfig(_Block):
         return self
 
 
+#: An entry of ``session.adopt_unscoped``: a scheme, or a scheme and an issuer (escaped as in an
+#: identity, so it holds no further ``:``).
+AdoptionScheme = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*(:[^:\s]+)?$")]
+
+
 class SessionConfig(_Block):
     """``session``: where agents keep per-session state between turns."""
 
@@ -177,6 +183,14 @@ class SessionConfig(_Block):
     ttl: float = Field(604800.0, gt=0, description="Seconds a session's state is kept.")
     redis: RedisStoreConfig | None = Field(None, description="Redis session store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB session settings.")
+    adopt_unscoped: list[AdoptionScheme] = Field(
+        default_factory=list,
+        description="After upgrading to sessions scoped per identity: the identity schemes "
+        "('key', 'jwt', 'token', 'lambda'), or schemes and issuers as written in identities "
+        "('jwt:https%3A//idp.example/'), whose callers adopt their session stored before, when "
+        "its recorded owner is their user id. Empty: old sessions are not adopted. See "
+        "docs/authentication.md.",
+    )
 
 
 class ApiConfig(_Block):

@@ -25,8 +25,9 @@ class LimitsConfig(Block):
         ge=1,
         description="Turns one identity may have accepted whose reply it has not read yet (a "
         "sync answer, a GET of the reply, a WebSocket reply or a finished stream reads it); one "
-        "more is answered 429 with Retry-After. Counted across IO processes when the response "
-        "store is shared (redis). null: no cap.",
+        "more is answered 429 with Retry-After. Counted across IO processes and Lambda containers "
+        "when the response store is shared (redis, dynamodb; at most 5000 with dynamodb). null: "
+        "no cap.",
     )
     identity_reply_bytes: int | None = Field(
         67_108_864,
@@ -54,7 +55,7 @@ class LimitsConfig(Block):
     max_header_bytes: int = Field(
         16_384,
         ge=1024,
-        description="Largest request line plus headers, in bytes; a larger one is answered 400 "
+        description="Largest request line plus headers, in bytes; a larger one is answered 431 "
         "and closed.",
     )
     public_routes: list[PublicRoute] = Field(

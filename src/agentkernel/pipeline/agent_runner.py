@@ -68,6 +68,7 @@ from agentkernel.pipeline.session_store import (
     TurnOutcome,
     create_session_store,
 )
+from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
 from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 
@@ -100,6 +101,7 @@ class AgentRunner(QueueConsumer):
             transport = QueueTransportFactory.create(execution.queues)
         self.transport, self.registry = transport, registry
         self.sessions = sessions if sessions is not None else create_session_store(config.session)
+        self.adoption = UnscopedAdoption(self.sessions, config.session.adopt_unscoped)
         self.queues, self.runner = execution.queues, execution.runner
         self.last_attempt = LastAttempt(
             self.runner.isolate_last_attempt, self.queues.input.max_receive_count
@@ -191,9 +193,8 @@ class AgentRunner(QueueConsumer):
                 message, 404, error_doc("AGENT_NOT_FOUND", str(exc), session_id, request_id)
             )
             return
-        key = _key(message, session_id)
-        record = await self._read(key)
-        user = message.attributes.get(ATTR_USER_ID)
+        key, user = _key(message, session_id), message.attributes.get(ATTR_USER_ID)
+        record = await call(self.sessions.nonblocking, self.adoption.read, key, session_id, user)
         if record.owner is not None and user != record.owner:
             # Another identity's session: answered as if it did not exist (no existence leak).
             doc = error_doc("NOT_FOUND", "no such session", session_id, request_id)

@@ -10,9 +10,10 @@ response store's TTL, like the reply it stands for.
 
 The ledger lives beside the replies: :meth:`ResponseStore.quota_ledger
 <agentkernel.pipeline.response_store.base.ResponseStore.quota_ledger>` gives an in-process
-ledger by default and a Redis one for the Redis store, so IO processes sharing that store share
-the counts. Identities are opaque strings; a turn without one (authentication off) is not
-counted. Counting is best effort: a ledger that cannot be reached lets the turn through (the
+ledger by default, a Redis one for the Redis store and a DynamoDB one for the DynamoDB store, so
+the fronts sharing that store (IO processes, Lambda containers) share the counts. Identities
+are opaque strings; a turn without one (authentication off) is not counted. Counting is best
+effort: a ledger that cannot be reached lets the turn through (the
 store's outage shows where replies are read) and says so in the log.
 """
 
@@ -23,6 +24,7 @@ import threading
 import time
 from abc import ABC, abstractmethod
 from dataclasses import dataclass
+from typing import ClassVar
 
 __all__ = ["InMemoryQuotaLedger", "Quota", "QuotaLedger", "retry_after"]
 
@@ -54,6 +56,9 @@ class QuotaLedger(ABC):
         ttl: seconds an entry is counted at most (the response store's TTL).
     """
 
+    #: Largest ``identity_unread_turns`` the ledger can hold (``None``: no bound).
+    max_unread_turns: ClassVar[int | None] = None
+
     def __init__(self, ttl: float) -> None:
         self.ttl = ttl
 
@@ -68,7 +73,8 @@ class QuotaLedger(ABC):
 
     @abstractmethod
     def read(self, owner: str, request_id: str) -> None:
-        """The reply of ``request_id`` reached its caller: it no longer counts as unread."""
+        """The reply of ``request_id`` reached its caller: it no longer counts as unread (an id
+        not counted, or no longer, is ignored)."""
 
     @abstractmethod
     def stored(self, owner: str, key: str, size: int) -> None:

@@ -9,7 +9,7 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentkernel.core.config_limits import LimitsConfig
-from agentkernel.core.errors import StoreError
+from agentkernel.core.errors import AKConfigError, StoreError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.chat import HTTPError
 from agentkernel.pipeline.quota import Quota, retry_after
@@ -21,12 +21,22 @@ logger = logging.getLogger(__name__)
 
 
 class IdentityQuota:
-    """Per-identity caps of one front over the ledger of its response store."""
+    """Per-identity caps of one front over the ledger of its response store.
+
+    Raises:
+        AKConfigError: ``identity_unread_turns`` is over what the store's ledger can hold.
+    """
 
     def __init__(self, store: ResponseStore, limits: LimitsConfig) -> None:
         self.quota = Quota(limits.identity_unread_turns, limits.identity_reply_bytes)
         self.ledger = None if self.quota.off else store.quota_ledger()
         self._log = RateLimitedLog(logger)
+        bound = None if self.ledger is None else self.ledger.max_unread_turns
+        if bound is not None and (self.quota.unread_turns or 0) > bound:
+            raise AKConfigError(
+                f"api.limits.identity_unread_turns: at most {bound} with "
+                f"{type(store).__name__} (got {self.quota.unread_turns})"
+            )
 
     def counts(self, owner: str | None) -> bool:
         """Whether turns of ``owner`` are counted (a cap is on and the turn has an identity)."""

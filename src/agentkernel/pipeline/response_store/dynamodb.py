@@ -9,7 +9,8 @@ DynamoDB has no change notification a request could wait on cheaply, so a waitin
 polls with a short, growing interval (the base class's ``wait``). DynamoDB removes expired items
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
 Chunks of streamed replies, and the ticket of an accepted turn, are items of their own; streaming
-clients read chunks with the same short poll.
+clients read chunks with the same short poll. The per-identity quota counts are one item per
+identity in the same table (:mod:`agentkernel.pipeline.quota.dynamodb`).
 
 Every botocore exception is mapped by :mod:`agentkernel.core.botocore_errors`: an unreachable
 endpoint, a timeout, throttling or a server error becomes :class:`StoreUnavailableError` (worth
@@ -38,6 +39,7 @@ from agentkernel.core.botocore_errors import (
 )
 from agentkernel.core.config import DynamoDBStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
+from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 
 TTL_ATTRIBUTE = "expiry_time"
@@ -206,6 +208,12 @@ class DynamoDBResponseStore(ResponseStore):
                 raise ResponseStoreError(f"no deployment secret in {self.table_name}; retry")
             self._secret = kept["secret"]["S"].encode()
         return self._secret
+
+    def _new_quota_ledger(self) -> QuotaLedger:
+        """Counts in this table, shared by every front using it (one item per identity)."""
+        from agentkernel.pipeline.quota.dynamodb import DynamoDBQuotaLedger
+
+        return DynamoDBQuotaLedger(self._client, self.table_name, self.ttl)
 
     def ping(self) -> None:
         with _errors(f"DynamoDB check of table {self.table_name}"):

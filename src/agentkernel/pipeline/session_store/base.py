@@ -60,6 +60,8 @@ class SessionRecord:
             in its process, so a crash then is its own doing).
         owner: the user id that created the session, when authentication is on.
         applied: broker position of the latest committed turn that had one.
+        adopted_by: on a record stored before sessions were scoped per identity, the identity
+            that adopted it (:mod:`~agentkernel.pipeline.session_store.adoption`).
     """
 
     state: dict[str, Any] = field(default_factory=dict)
@@ -69,6 +71,7 @@ class SessionRecord:
     trial: str | None = None
     owner: str | None = None
     applied: Position | None = None
+    adopted_by: str | None = None
 
     def is_committed(self, request_id: str) -> bool:
         """Whether a turn with this request id has already been committed."""
@@ -127,6 +130,7 @@ class SessionRecord:
         doc["last"] = last
         applied = None if self.applied is None else self.applied.to_doc()
         optional = {"trial": self.trial, "owner": self.owner, "applied": applied}
+        optional["adopted_by"] = self.adopted_by
         return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
 
     @classmethod
@@ -142,6 +146,7 @@ class SessionRecord:
             trial=doc.get("trial"),
             owner=doc.get("owner"),
             applied=Position.from_doc(doc.get("applied")),
+            adopted_by=doc.get("adopted_by"),
         )
 
 

@@ -1,5 +1,7 @@
 # Request Handler Lambda (Lambda.handler): API Gateway -> INPUT queue; rest_sync waits on the
-# response table, rest_async answers 202 and GET reads the table.
+# response table, rest_async answers 202 and GET reads the table. It also writes there: the
+# ticket of each accepted turn and the deployment secret (PutItem), and the per-identity quota
+# counts (GetItem, UpdateItem on one item per identity). tests/deploy checks the list.
 
 locals {
   environment = merge({
@@ -32,8 +34,8 @@ module "function" {
   handler              = var.handler
   environment          = local.environment
   policy_statements = concat(local.send, [{
-    sid       = "ReadReplies"
-    actions   = ["dynamodb:GetItem"]
+    sid       = "ResponseTable"
+    actions   = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
     resources = [var.response_table_arn]
   }])
 }

@@ -1,5 +1,6 @@
 # Response Handler Lambda (ResponseHandler.handle) fed by the OUTPUT queue's event source mapping:
 # REST replies go to the response table, WebSocket replies to the connection (PostToConnection).
+# Each stored reply is counted against its identity's quota (UpdateItem on the identity's item).
 
 locals {
   environment = merge({
@@ -49,7 +50,7 @@ module "function" {
     },
     {
       sid       = "WriteReplies"
-      actions   = ["dynamodb:PutItem"]
+      actions   = ["dynamodb:PutItem", "dynamodb:UpdateItem"]
       resources = [var.response_table_arn]
     },
   ], local.websocket, local.connections)
