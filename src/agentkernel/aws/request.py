@@ -24,7 +24,6 @@ or its TTL ended) is answered ``SYSTEM_RESPONSE`` ``CREDENTIAL_EXPIRED`` and clo
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
 import re
@@ -32,6 +31,7 @@ from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agentkernel.auth import alias
+from agentkernel.aws.container_loop import run_in_container
 from agentkernel.aws.events import (
     BadEvent,
     HttpRequest,
@@ -70,7 +70,6 @@ class Lambda:
 
     _routes: ClassVar[dict[tuple[str, str], Route]] = {}
     _front: ClassVar[ChatFront | None] = None
-    _loop: ClassVar[asyncio.AbstractEventLoop | None] = None
     _connections: ClassVar[ConnectionStore | None] = None
 
     @classmethod
@@ -85,10 +84,8 @@ class Lambda:
 
     @classmethod
     def reset(cls) -> None:
-        """Forget custom routes, built clients and the event loop (tests)."""
-        if cls._loop is not None:
-            cls._loop.close()
-        cls._routes, cls._front, cls._loop, cls._connections = {}, None, None, None
+        """Forget custom routes and built clients (tests)."""
+        cls._routes, cls._front, cls._connections = {}, None, None
 
     @classmethod
     def use_front(cls, front: ChatFront) -> None:
@@ -125,9 +122,7 @@ class Lambda:
     @classmethod
     def _run(cls, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` on this container's event loop, kept across warm invocations."""
-        if cls._loop is None or cls._loop.is_closed():
-            cls._loop = asyncio.new_event_loop()
-        return cls._loop.run_until_complete(work)
+        return run_in_container(work)
 
     # -- HTTP ------------------------------------------------------------------------------
 
