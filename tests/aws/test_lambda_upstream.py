@@ -10,9 +10,10 @@ from typing import Any
 
 import pytest
 
-from agentkernel.aws import Lambda
-from tests.aws.lambda_harness import LambdaContext, http_v2, rest_v1
-from tests.aws.test_lambda import Deployment, body_of, chat, d
+from agentkernel.auth import AuthValidator, ValidationResult
+from agentkernel.aws import Lambda, WebsocketConnectionHandler
+from tests.aws.lambda_harness import LambdaContext, http_v2, rest_v1, websocket
+from tests.aws.test_lambda import Deployment, body_of, chat, connection, d
 
 pytestmark = pytest.mark.aws
 __all__ = ["d"]  # the deployment fixture of the Lambda suite
@@ -200,3 +201,21 @@ def test_malformed_polls_get_json_errors(
 ) -> None:
     got = Lambda.handler(event, LambdaContext())
     assert (got["statusCode"], body_of(got)["error"]) == (status, error)
+
+
+# -- the WebSocket connection handler -------------------------------------------------------------
+
+
+class Tokens(AuthValidator):
+    def validate(self, token: str) -> ValidationResult:
+        if token == "good":
+            return ValidationResult(True, claims={"sub": "alice"})
+        return ValidationResult(False, error_msg="unknown token")
+
+
+def test_the_connection_handler_takes_its_validator_by_upstreams_keyword(d: Deployment) -> None:
+    handler = WebsocketConnectionHandler.set_auth_validator(auth_validator=Tokens()).handler
+    assert handler(websocket("CONNECT", "kw-bad", query={"token": "bad"}))["statusCode"] == 401
+    assert handler(websocket("CONNECT", "kw-ok", query={"token": "good"}))["statusCode"] == 200
+    assert connection(d, "kw-bad") is None
+    assert connection(d, "kw-ok")["user_id"] == {"S": "token:alice"}  # type: ignore[index]
