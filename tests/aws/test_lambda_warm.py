@@ -20,6 +20,8 @@ import pytest
 os.environ.setdefault("OPENAI_AGENTS_DISABLE_TRACING", "1")  # no trace export: no network here
 
 from agents import Agent as OpenAIAgent
+from agents import OpenAIResponsesModel
+from openai import AsyncOpenAI
 
 from agentkernel import AgentRegistry
 from agentkernel.aws import (
@@ -54,12 +56,17 @@ def d(aws: str, model: FakeOpenAI, monkeypatch: pytest.MonkeyPatch) -> Iterator[
     for cls in HANDLERS:
         cls.reset()
     AgentRegistry.reset()
-    # As an upstream user's runner file writes it: the SDK's default model client, from the
-    # environment (OPENAI_BASE_URL names the fake server).
-    assistant = OpenAIAgent(name="assistant", instructions="Assistant. Answer briefly.")
+    # One model client for the container's life, as the SDK's default client is (this test's
+    # own, so that no other test's loop has touched it); OPENAI_BASE_URL names the fake server.
+    client = AsyncOpenAI()
+    model = OpenAIResponsesModel(model="fake-model", openai_client=client)
+    assistant = OpenAIAgent(
+        name="assistant", instructions="Assistant. Answer briefly.", model=model
+    )
     OpenAIModule([assistant])
     deployment = Deployment(monkeypatch)
     yield deployment
+    container_loop.run_in_container(client.close())
     deployment.management.close()
     for cls in HANDLERS:
         cls.reset()
