@@ -10,9 +10,13 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import select
+import subprocess
+import sys
 import threading
 import uuid
 from collections.abc import Iterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -155,3 +159,79 @@ def test_every_warm_streamed_websocket_turn_reaches_its_connection(
         assert done.get("error") is None, f"invocation {n}: {done}"
         assert f"You said: turn {n}." in done["result"]
         seen = len(frames)
+
+
+# -- one container: a process of its own, the upstream user's runner file as written ------------
+
+RUNNER_FILE = """
+from agents import Agent
+
+from agentkernel.aws import ServerlessAgentRunner
+from agentkernel.openai import OpenAIModule
+
+assistant = Agent(name="assistant", instructions="Assistant. Answer briefly.")
+OpenAIModule([assistant])
+
+handler = ServerlessAgentRunner.handle
+"""
+
+#: The Lambda runtime in miniature: one event per line in, the handler's answer per line out.
+RUNTIME = """
+import json, sys
+sys.path.insert(0, sys.argv[1])
+from agent_runner import handler
+for line in sys.stdin:
+    print(json.dumps(handler(json.loads(line), None)), flush=True)
+"""
+
+
+class Container:
+    """A warm Lambda container running ``agent_runner.handler``, invoked again and again."""
+
+    def __init__(self, directory: Path) -> None:
+        (directory / "agent_runner.py").write_text(RUNNER_FILE)
+        self.process = subprocess.Popen(
+            [sys.executable, "-c", RUNTIME, str(directory)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+
+    def invoke(self, event: dict[str, Any], timeout: float = 60) -> Any:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.write(json.dumps(event) + "\n")
+        self.process.stdin.flush()
+        ready, _, _ = select.select([self.process.stdout], [], [], timeout)
+        assert ready, "the container did not answer in time"
+        return json.loads(self.process.stdout.readline())
+
+    def stop(self) -> None:
+        assert self.process.stdin is not None and self.process.stdout is not None
+        self.process.stdin.close()
+        try:
+            self.process.wait(30)
+        finally:
+            self.process.kill()  # a no-op once it has ended
+            self.process.stdout.close()
+
+
+def test_a_warm_container_running_the_upstream_runner_file_answers_every_turn(
+    d: Deployment, tmp_path: Path
+) -> None:
+    """The SDK's own default client, shared by every run of the process, as users deploy it."""
+    container = Container(tmp_path)
+    try:
+        for n in range(1, WARM_INVOCATIONS + 1):
+            request_id = post_async("container", f"turn {n}")
+            event = sqs_event(d.input)
+            result = container.invoke(event)
+            settle(d.input, event, result)
+            assert result == {"batchItemFailures": []}
+            pump(d.output, ResponseHandler.handle)
+            got = Lambda.handler(
+                http_v2("GET", "/api/v1/chat/container", query={"request_id": request_id})
+            )
+            assert got["statusCode"] == 200, f"invocation {n}: {got['body']}"
+            assert f"({n} messages from you so far.)" in body_of(got)["result"]
+    finally:
+        container.stop()
