@@ -77,6 +77,21 @@ def test_a_custom_route_is_not_found_under_other_paths_or_methods(
     assert (got["statusCode"], body_of(got)["error"]) == (404, "NOT_FOUND")
 
 
+def test_a_custom_route_that_fails_answers_a_json_500_without_its_message(d: Deployment) -> None:
+    @Lambda.register(route="/boom", method="GET")
+    def boom(event: dict[str, Any], context: Any) -> Any:
+        raise RuntimeError("secret-db-password")
+
+    @Lambda.register(route="/odd", method="GET")
+    def odd(event: dict[str, Any], context: Any) -> Any:
+        return {"not json": object()}
+
+    for path in ("/api/v1/boom", "/boom", "/api/v1/odd"):
+        got = Lambda.handler(http_v2("GET", path), LambdaContext())
+        assert (got["statusCode"], body_of(got)["error"]) == (500, "INTERNAL_ERROR")
+        assert "secret" not in got["body"]
+
+
 def test_upstream_terraform_variables_name_the_base_path_and_the_agent_endpoint(
     d: Deployment, monkeypatch: pytest.MonkeyPatch
 ) -> None:
