@@ -58,6 +58,18 @@ def test_custom_routes_answer_at_their_path_and_under_the_api_base_path(
     assert (raw["statusCode"], raw["body"], raw["headers"]) == (418, "teapot", {"X-Raw": "1"})
 
 
+def test_a_function_serving_only_custom_routes_needs_no_queue_or_table() -> None:
+    """Nothing is configured: the routes answer without the chat front being built."""
+    Lambda.reset()
+    try:
+        register_upstream_routes()
+        for path in ("/app", "/api/v1/app"):
+            got = Lambda.handler(http_v2("GET", path), LambdaContext())
+            assert (got["statusCode"], body_of(got)) == (200, {"response": "Hello from app route"})
+    finally:
+        Lambda.reset()
+
+
 @pytest.mark.parametrize(
     ("method", "path"),
     [

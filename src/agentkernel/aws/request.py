@@ -42,6 +42,7 @@ from agentkernel.aws.routes import (
     Route,
     chat_alias,
     custom_response,
+    is_read,
     normalize,
     read_address,
     under_base,
@@ -150,8 +151,8 @@ class Lambda:
             front = cls.front()
             identity = alias(front.config.api.auth.aliases, request.identity)
             return _answer(cls._run(front.post_chat(_chat_call(request, identity, context))))
-        if (read := cls._read(request, path)) is not None:
-            return read
+        if is_read(request, path):
+            return cls._read(request, path)
         under = under_base(request.path)
         custom = None if under is None else cls._routes.get((request.method, under))
         if custom is not None:
@@ -159,12 +160,10 @@ class Lambda:
         raise HTTPError(404, "NOT_FOUND", f"no route {request.method} {request.path}")
 
     @classmethod
-    def _read(cls, request: HttpRequest, path: str) -> dict[str, Any] | None:
-        """A reply read in any of its forms, or ``None`` when ``request`` is not one."""
+    def _read(cls, request: HttpRequest, path: str) -> dict[str, Any]:
+        """A reply read, in any of its forms."""
         front = cls.front()
         address = read_address(request, path, front.config.api.max_body_bytes)
-        if address is None:
-            return None
         identity = alias(front.config.api.auth.aliases, request.identity)
         return _answer(cls._run(front.get_chat(*address, identity)))
 

@@ -81,21 +81,20 @@ def custom_response(result: Any) -> dict[str, Any]:
     return http_response(status, result)
 
 
-def read_address(
-    request: HttpRequest, path: str, max_body_bytes: int
-) -> tuple[str, str | None] | None:
-    """``(session_id, request_id)`` of a reply read (``GET``), or ``None`` for another route.
+def is_read(request: HttpRequest, path: str) -> bool:
+    """Whether ``request`` reads a reply, in any of the three forms."""
+    return request.method == "GET" and (path == CHAT_PATH or bool(_SESSION_PATH.match(path)))
+
+
+def read_address(request: HttpRequest, path: str, max_body_bytes: int) -> tuple[str, str | None]:
+    """``(session_id, request_id)`` of a read (see :func:`is_read`).
 
     Raises:
         HTTPError: 400 ``INVALID_REQUEST`` for a read that does not name both (400
             ``INVALID_JSON`` or 413 ``BODY_TOO_LARGE`` for a body that cannot be one).
     """
-    if request.method != "GET":
-        return None
     if match := _SESSION_PATH.match(path):  # the front answers a missing request_id
         return _text(match.group(1), "session_id"), request.query.get("request_id")
-    if path != CHAT_PATH:
-        return None
     if request.query.get("request_id") or request.query.get("session_id") or not request.body:
         fields: dict[str, Any] = request.query
         where = "query parameter"
