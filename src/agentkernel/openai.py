@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any, NoReturn
@@ -224,12 +225,7 @@ class OpenAIModule(Module):
         max_history_items: int | None = 500,
         run_config: sdk.RunConfig | None = None,
     ) -> None:
-        if runner is not None and not isinstance(runner, OpenAIRunner):
-            raise TypeError(
-                f"runner must be an agentkernel.openai.OpenAIRunner, not {type(runner).__name__}"
-                " (a subclass overrides run(agent, turn) and stream(agent, turn))"
-            )
-        runner = runner if runner is not None else OpenAIRunner()
+        runner = _checked(runner) if runner is not None else OpenAIRunner()
         named = agents.items() if isinstance(agents, Mapping) else ((a.name, a) for a in agents)
         wrapped = [
             OpenAIAgent(
@@ -244,3 +240,20 @@ class OpenAIModule(Module):
             for name, sdk_agent in named
         ]
         super().__init__(wrapped, registry)
+
+
+def _checked(runner: Any) -> OpenAIRunner:
+    """``runner``, refused at once when it cannot run a turn (rather than failing every turn)."""
+    if not isinstance(runner, OpenAIRunner):
+        raise TypeError(
+            f"runner must be an agentkernel.openai.OpenAIRunner, not {type(runner).__name__}"
+        )
+    for method in (runner.run, runner.stream):
+        try:
+            inspect.signature(method).bind(None, None)
+        except TypeError as exc:
+            raise TypeError(
+                f"{type(runner).__name__}.{method.__name__} must take (agent, turn); upstream's "
+                "run(agent, session, requests) is rewritten as shown in docs/migrating.md"
+            ) from exc
+    return runner

@@ -84,3 +84,19 @@ def test_a_runner_that_is_not_an_openai_runner_is_refused(model: FakeOpenAI, run
     with pytest.raises(TypeError, match="OpenAIRunner"):
         OpenAIModule(sdk_agents(), runner=runner, registry=registry)
     assert registry.agents() == []
+
+
+class UpstreamShapedRunner(OpenAIRunner):
+    """A subclass written to upstream's signature: refused when the module is built."""
+
+    async def run(self, agent: Any, session: Any, requests: Any) -> Any:  # type: ignore[override]
+        return await super().run(agent, session)
+
+
+def test_a_runner_written_to_upstreams_signature_is_refused_with_the_way_to_rewrite_it(
+    model: FakeOpenAI,
+) -> None:
+    registry = AgentRegistry()
+    with pytest.raises(TypeError, match=r"UpstreamShapedRunner.run must take \(agent, turn\)"):
+        OpenAIModule(sdk_agents(), runner=UpstreamShapedRunner(), registry=registry)
+    assert registry.agents() == []

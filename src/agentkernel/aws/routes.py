@@ -20,8 +20,7 @@ from collections.abc import Callable
 from typing import Any
 
 from agentkernel.aws.events import HttpRequest, http_response
-from agentkernel.pipeline.chat import HTTPError
-from agentkernel.pipeline.front import CHAT_PATH
+from agentkernel.pipeline.chat import CHAT_PATH, HTTPError
 
 #: A custom route: ``fn(event, context)`` returning a document, ``(status, document)`` or a
 #: complete API Gateway response (a dict with ``statusCode`` and ``body``).
