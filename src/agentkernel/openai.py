@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import asyncio
 import copy
+import inspect
 import json
 from collections.abc import AsyncGenerator, AsyncIterator, Iterable, Mapping
 from typing import Any, NoReturn
@@ -43,7 +44,7 @@ with require_extra("openai", "agentkernel.openai"):
     import agents as sdk
     from openai.types.responses import ResponseTextDeltaEvent
 
-__all__ = ["HISTORY_KEY", "OpenAIAgent", "OpenAIModule", "TurnSession"]
+__all__ = ["HISTORY_KEY", "OpenAIAgent", "OpenAIModule", "OpenAIRunner", "TurnSession"]
 
 #: Where the conversation's items are kept in ``turn.state``.
 HISTORY_KEY = "openai_history"
@@ -92,6 +93,66 @@ class TurnSession:
         del self._items[: later[0] if later else users[-1] if users else 0]
 
 
+class OpenAIRunner:
+    """Runs the turns of SDK agents: the seam of ``OpenAIModule(agents, runner=...)``.
+
+    The default runs each turn with the SDK's ``Runner`` on the session's conversation, bounded
+    by the agent's timeout, with model failures mapped to retries or errors. Subclass it to wrap
+    every run of a module's agents (a tracing span, metrics, a context of your own) and pass an
+    instance::
+
+        class TracedRunner(OpenAIRunner):
+            async def run(self, agent: OpenAIAgent, turn: Turn) -> str:
+                with span(agent.name, session_id=turn.session_id):  # your tracer's
+                    return await super().run(agent, turn)
+
+            async def stream(self, agent: OpenAIAgent, turn: Turn) -> AsyncIterator[str]:
+                with span(agent.name, session_id=turn.session_id):
+                    async for delta in super().stream(agent, turn):
+                        yield delta
+
+        OpenAIModule([triage, billing], runner=TracedRunner())
+
+    ``run`` serves plain turns, ``stream`` streamed ones; ``agent.sdk_agent`` is the SDK agent.
+    """
+
+    def options(self, agent: OpenAIAgent, turn: Turn) -> dict[str, Any]:
+        """The keyword arguments of the SDK's ``Runner.run``/``run_streamed`` for ``turn``."""
+        return {
+            "session": agent.session(turn),
+            "context": turn,
+            "max_turns": agent.max_turns,
+            "run_config": agent.run_config,
+        }
+
+    async def run(self, agent: OpenAIAgent, turn: Turn) -> str:
+        """Run ``turn`` without streaming; returns the final output as text."""
+        try:
+            run = sdk.Runner.run(agent.sdk_agent, turn.prompt, **self.options(agent, turn))
+            result = await asyncio.wait_for(run, agent.run_timeout)
+        except Exception as exc:
+            agent.fail(exc)
+        return str(result.final_output)
+
+    async def stream(self, agent: OpenAIAgent, turn: Turn) -> AsyncIterator[str]:
+        """Run ``turn`` streamed; yields the text deltas of the SDK's streamed run."""
+        options = self.options(agent, turn)
+        result = sdk.Runner.run_streamed(agent.sdk_agent, turn.prompt, **options)
+        events = result.stream_events()
+        try:
+            async for event in within(events, agent.run_timeout):
+                if event.type == "raw_response_event" and isinstance(
+                    event.data, ResponseTextDeltaEvent
+                ):
+                    yield event.data.delta
+        except Exception as exc:
+            agent.fail(exc)
+        finally:
+            result.cancel()
+            if isinstance(events, AsyncGenerator):
+                await events.aclose()
+
+
 class OpenAIAgent(Agent):
     """One SDK agent as an agentkernel agent (made by :class:`OpenAIModule`)."""
 
@@ -104,51 +165,31 @@ class OpenAIAgent(Agent):
         timeout: float,
         max_history_items: int | None,
         run_config: sdk.RunConfig | None,
+        runner: OpenAIRunner | None = None,
     ) -> None:
         super().__init__(name, self._reply, sdk_agent.handoff_description or "")
         self.sdk_agent = sdk_agent
         self.max_turns, self.run_timeout = max_turns, timeout
         self.max_history_items, self.run_config = max_history_items, run_config
+        self.runner = runner if runner is not None else OpenAIRunner()
 
-    def _session(self, turn: Turn) -> TurnSession:
+    def session(self, turn: Turn) -> TurnSession:
+        """The SDK ``Session`` of ``turn``'s conversation (kept in the turn's state)."""
         items = turn.state.setdefault(HISTORY_KEY, [])
         return TurnSession(turn.session_id, items, self.max_history_items)
 
-    def _options(self, turn: Turn) -> dict[str, Any]:
-        return {
-            "session": self._session(turn),
-            "context": turn,
-            "max_turns": self.max_turns,
-            "run_config": self.run_config,
-        }
-
     async def run(self, turn: Turn) -> str:
-        """Run the turn without streaming; returns the final output as text."""
-        try:
-            run = sdk.Runner.run(self.sdk_agent, turn.prompt, **self._options(turn))
-            result = await asyncio.wait_for(run, self.run_timeout)
-        except Exception as exc:
-            self._fail(exc)
-        return str(result.final_output)
+        """Run the turn without streaming (by the module's runner)."""
+        return await self.runner.run(self, turn)
 
     async def _reply(self, turn: Turn) -> AsyncIterator[str]:
-        """The streaming turn: the text deltas of the SDK's streamed run."""
-        result = sdk.Runner.run_streamed(self.sdk_agent, turn.prompt, **self._options(turn))
-        events = result.stream_events()
-        try:
-            async for event in within(events, self.run_timeout):
-                if event.type == "raw_response_event" and isinstance(
-                    event.data, ResponseTextDeltaEvent
-                ):
-                    yield event.data.delta
-        except Exception as exc:
-            self._fail(exc)
-        finally:
-            result.cancel()
-            if isinstance(events, AsyncGenerator):
-                await events.aclose()
+        """The streaming turn (by the module's runner)."""
+        async for delta in self.runner.stream(self, turn):
+            yield delta
 
-    def _fail(self, exc: Exception) -> NoReturn:
+    def fail(self, exc: Exception) -> NoReturn:
+        """Raise what the pipeline makes of ``exc`` from a run of this agent (a retry or an
+        error reply, :func:`~agentkernel.core.model_errors.raise_model_failure`)."""
         raise_model_failure(f"agent '{self.name}'", self.run_timeout, exc)
 
 
@@ -164,15 +205,19 @@ class OpenAIModule(Module):
             turn is retried like a rate limit.
         max_history_items: conversation items kept per session (``None``: all). The state is
             stored as one value, so keep it well below the store's item size limit.
+        runner: runs the turns of these agents (an :class:`OpenAIRunner`, a subclass that wraps
+            each run); default a plain :class:`OpenAIRunner`.
         run_config: the SDK's ``RunConfig`` for every run (model provider, tracing, ...).
 
     Raises:
         ValueError: an agent's name is not a valid agentkernel name or is taken.
+        TypeError: ``runner`` is not an :class:`OpenAIRunner`.
     """
 
     def __init__(
         self,
         agents: Iterable[sdk.Agent[Any]] | Mapping[str, sdk.Agent[Any]],
+        runner: OpenAIRunner | None = None,
         *,
         registry: AgentRegistry | None = None,
         max_turns: int = 10,
@@ -180,6 +225,7 @@ class OpenAIModule(Module):
         max_history_items: int | None = 500,
         run_config: sdk.RunConfig | None = None,
     ) -> None:
+        runner = _checked(runner) if runner is not None else OpenAIRunner()
         named = agents.items() if isinstance(agents, Mapping) else ((a.name, a) for a in agents)
         wrapped = [
             OpenAIAgent(
@@ -189,7 +235,25 @@ class OpenAIModule(Module):
                 timeout=timeout,
                 max_history_items=max_history_items,
                 run_config=run_config,
+                runner=runner,
             )
             for name, sdk_agent in named
         ]
         super().__init__(wrapped, registry)
+
+
+def _checked(runner: Any) -> OpenAIRunner:
+    """``runner``, refused at once when it cannot run a turn (rather than failing every turn)."""
+    if not isinstance(runner, OpenAIRunner):
+        raise TypeError(
+            f"runner must be an agentkernel.openai.OpenAIRunner, not {type(runner).__name__}"
+        )
+    for method in (runner.run, runner.stream):
+        try:
+            inspect.signature(method).bind(None, None)
+        except TypeError as exc:
+            raise TypeError(
+                f"{type(runner).__name__}.{method.__name__} must take (agent, turn); upstream's "
+                "run(agent, session, requests) is rewritten as shown in docs/migrating.md"
+            ) from exc
+    return runner

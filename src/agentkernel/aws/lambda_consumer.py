@@ -21,6 +21,7 @@ from collections import defaultdict
 from collections.abc import Callable
 from typing import Any, ClassVar
 
+from agentkernel.aws.container_loop import run_in_container
 from agentkernel.aws.events import BadEvent, sqs_message
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
@@ -55,9 +56,10 @@ class LambdaSQSConsumer(QueueConsumer):
     def handle_batch(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """Run one event source mapping batch; returns the records to retry.
 
-        ``context`` (the Lambda context) tells how long a store outage may be waited out.
+        ``context`` (the Lambda context) tells how long a store outage may be waited out. The
+        batch runs on the container's event loop, kept across warm invocations.
         """
-        return asyncio.run(self.handle_batch_async(event, context))
+        return run_in_container(self.handle_batch_async(event, context))
 
     async def handle_batch_async(
         self, event: dict[str, Any], context: Any = None

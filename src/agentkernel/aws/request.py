@@ -24,20 +24,28 @@ or its TTL ended) is answered ``SYSTEM_RESPONSE`` ``CREDENTIAL_EXPIRED`` and clo
 
 from __future__ import annotations
 
-import asyncio
 import json
 import logging
-import re
 from collections.abc import Callable, Coroutine
 from typing import TYPE_CHECKING, Any, ClassVar, TypeVar
 
 from agentkernel.auth import alias
+from agentkernel.aws.container_loop import run_in_container
 from agentkernel.aws.events import (
     BadEvent,
     HttpRequest,
     SocketMessage,
     http_response,
     parse_api_event,
+)
+from agentkernel.aws.routes import (
+    Route,
+    chat_alias,
+    custom_response,
+    is_read,
+    normalize,
+    read_address,
+    under_base,
 )
 from agentkernel.aws.settings import ecs_config
 from agentkernel.core.config import AKConfig
@@ -60,8 +68,6 @@ logger = logging.getLogger(__name__)
 API_GATEWAY_LIMIT_SECONDS = 29.0
 #: Time kept back from the function's remaining time to answer 504 before it ends.
 ANSWER_MARGIN_SECONDS = 1.0
-_CHAT_GET = re.compile(r"^/api/v1/chat/([^/]+)$")
-Route = Callable[[dict[str, Any], Any], dict[str, Any]]
 T = TypeVar("T")
 
 
@@ -70,25 +76,27 @@ class Lambda:
 
     _routes: ClassVar[dict[tuple[str, str], Route]] = {}
     _front: ClassVar[ChatFront | None] = None
-    _loop: ClassVar[asyncio.AbstractEventLoop | None] = None
     _connections: ClassVar[ConnectionStore | None] = None
 
     @classmethod
-    def register(cls, path: str, method: str = "GET") -> Callable[[Route], Route]:
-        """Add a custom route: ``fn(event, context) -> dict``, answered as JSON 200."""
+    def register(cls, route: str, method: str | None = "GET") -> Callable[[Route], Route]:
+        """Add a custom route, served at ``route`` and under the API base path (``/app`` at
+        ``/api/v1/app`` too); ``fn(event, context)`` returns what
+        :func:`~agentkernel.aws.routes.custom_response` reads (a document is answered as JSON
+        200). ``method`` defaults to ``GET``.
+        """
+        key = ((method or "GET").upper(), normalize(route))
 
         def decorate(fn: Route) -> Route:
-            cls._routes[(method.upper(), path)] = fn
+            cls._routes[key] = fn
             return fn
 
         return decorate
 
     @classmethod
     def reset(cls) -> None:
-        """Forget custom routes, built clients and the event loop (tests)."""
-        if cls._loop is not None:
-            cls._loop.close()
-        cls._routes, cls._front, cls._loop, cls._connections = {}, None, None, None
+        """Forget custom routes and built clients (tests)."""
+        cls._routes, cls._front, cls._connections = {}, None, None
 
     @classmethod
     def use_front(cls, front: ChatFront) -> None:
@@ -125,9 +133,7 @@ class Lambda:
     @classmethod
     def _run(cls, work: Coroutine[Any, Any, T]) -> T:
         """Run ``work`` on this container's event loop, kept across warm invocations."""
-        if cls._loop is None or cls._loop.is_closed():
-            cls._loop = asyncio.new_event_loop()
-        return cls._loop.run_until_complete(work)
+        return run_in_container(work)
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -135,19 +141,31 @@ class Lambda:
     def _http(cls, request: HttpRequest, event: dict[str, Any], context: Any) -> dict[str, Any]:
         custom = cls._routes.get((request.method, request.path))
         if custom is not None:
-            return http_response(200, custom(event, context))
+            return custom_response(custom(event, context))
         if request.method == "GET" and request.path == "/health":
             return http_response(200, {"status": "ok"})
         if request.method == "GET" and request.path == "/api/v1/agents":
             return _answer(cls.front().agents())
-        front = cls.front()
-        identity = alias(front.config.api.auth.aliases, request.identity)
-        if request.method == "POST" and request.path == CHAT_PATH:
+        path = chat_alias(request.path)
+        if request.method == "POST" and path == CHAT_PATH:
+            front = cls.front()
+            identity = alias(front.config.api.auth.aliases, request.identity)
             return _answer(cls._run(front.post_chat(_chat_call(request, identity, context))))
-        if request.method == "GET" and (match := _CHAT_GET.match(request.path)):
-            read = front.get_chat(match.group(1), request.query.get("request_id"), identity)
-            return _answer(cls._run(read))
+        if is_read(request, path):
+            return cls._read(request, path)
+        under = under_base(request.path)
+        custom = None if under is None else cls._routes.get((request.method, under))
+        if custom is not None:
+            return custom_response(custom(event, context))
         raise HTTPError(404, "NOT_FOUND", f"no route {request.method} {request.path}")
+
+    @classmethod
+    def _read(cls, request: HttpRequest, path: str) -> dict[str, Any]:
+        """A reply read, in any of its forms."""
+        front = cls.front()
+        address = read_address(request, path, front.config.api.max_body_bytes)
+        identity = alias(front.config.api.auth.aliases, request.identity)
+        return _answer(cls._run(front.get_chat(*address, identity)))
 
     # -- WebSocket -------------------------------------------------------------------------
 

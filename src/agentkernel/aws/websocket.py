@@ -82,10 +82,11 @@ class WebsocketConnectionHandler:
 
     @classmethod
     def set_auth_validator(
-        cls, validator: AuthValidator | None
+        cls, auth_validator: AuthValidator | None
     ) -> type[WebsocketConnectionHandler]:
-        """Check every ``$connect`` token with ``validator``; returns the class for chaining."""
-        cls._validator = validator
+        """Check every ``$connect`` token with ``auth_validator`` (``None``: accept every
+        connection under the authorizer's identity); returns the class for chaining."""
+        cls._validator = auth_validator
         return cls
 
     @classmethod
