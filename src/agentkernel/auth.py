@@ -67,19 +67,26 @@ class ValidationResult:
 
     Attributes:
         is_valid: whether the token is accepted.
-        claims: what the token says about its holder (``sub`` is used as the user id).
+        claims: what the token says about its holder (``sub`` is the user id; upstream's
+            ``userId`` claim is read when there is no ``sub``).
         error_msg: why a token was refused (sent to the client: keep secrets out of it).
+        subject: the user id when the claims name none (upstream's field). Unlike upstream it
+            has no default: a validator that names no user gets no identity, never a shared one.
     """
 
     is_valid: bool
     claims: dict[str, Any] | None = field(default=None)
     error_msg: str | None = None
+    subject: str | None = None
 
     @property
     def user_id(self) -> str | None:
-        """The ``sub`` claim, when there is one."""
-        sub = (self.claims or {}).get("sub")
-        return None if sub is None else str(sub)
+        """The ``sub`` claim, else the ``userId`` claim, else :attr:`subject`."""
+        claims = self.claims or {}
+        for user in (claims.get("sub"), claims.get("userId"), self.subject):
+            if user is not None:
+                return str(user)
+        return None
 
     @property
     def expires_at(self) -> float | None:

@@ -154,3 +154,40 @@ def test_a_validator_and_handlers_are_served_behind_the_same_authentication() ->
 def test_a_handler_without_a_router_is_refused_at_start(bad: object) -> None:
     with pytest.raises(AKConfigError, match=r"handlers: .* get_router"):
         IOHandler(make_config(), registry=registry(), handlers=[bad])  # type: ignore[list-item]
+
+
+class UserIdTokens(AuthValidator):
+    """Written as upstream's docs write one: the user in a ``userId`` claim, or only a
+    ``subject``, or (``anyone``) no user at all with upstream's implicit default subject."""
+
+    def validate(self, token: str, context: Any = None) -> ValidationResult:
+        if token in ("alice", "bob"):
+            return ValidationResult(is_valid=True, claims={"userId": token})
+        if token == "carol":
+            return ValidationResult(is_valid=True, subject="carol")
+        if token == "anyone":
+            return ValidationResult(is_valid=True)
+        return ValidationResult(is_valid=False, error_msg="unknown token")
+
+
+def test_upstream_validators_name_their_user_by_userid_or_subject_never_a_shared_default() -> None:
+    server = Server(
+        IOHandler(
+            make_config(), registry=registry(), with_runner=True, auth_validator=UserIdTokens()
+        )
+    )
+    try:
+
+        def chat(token: str) -> httpx.Response:
+            body = {"session_id": "shared-name", "prompt": "hi"}
+            return server.client.post(
+                "/api/v1/chat", json=body, headers={"Authorization": f"Bearer {token}"}
+            )
+
+        # One session id, three users: three sessions (each starts at #1), not one.
+        assert [chat(user).json()["result"] for user in ("alice", "bob", "carol")] == ["hi #1"] * 3
+        assert chat("alice").json()["result"] == "hi #2"
+        nobody = chat("anyone")  # upstream would have called this user "user", shared by all
+        assert nobody.status_code == 401, nobody.text
+    finally:
+        server.close()
