@@ -19,6 +19,7 @@ class ContractFixtures:
 
     fetch_wait: ClassVar[float]
     empty_wait: ClassVar[float]
+    ack_wait: ClassVar[float]
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -29,6 +30,14 @@ class ContractFixtures:
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` of broker time pass."""
         time.sleep(seconds)
+
+    def force_redelivery(self) -> None:
+        """Let every lease run out, so unacknowledged messages can be delivered again.
+
+        Upstream's name for the hook: by default it advances past ``ack_wait``, so a subclass
+        overrides either this (a broker that can expire leases on demand) or :meth:`advance`.
+        """
+        self.advance(self.ack_wait + 0.2)
 
     def distinct_groups(self, n: int) -> list[str]:
         """``n`` group ids the transport can run in parallel (override for partitioned brokers,
