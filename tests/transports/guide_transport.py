@@ -3,8 +3,9 @@
 It gives the guide's six guarantees over plain dicts and deques and implements only what the
 guide lists: ``send`` and ``create_consumer``; ``fetch``, ``ack``, ``nack``, ``dead_letter``, and
 ``close`` where there is something to release (here there is not). No ``nack_later``, no
-``extend_lease``, no ``lease_seconds``, no positions, no ``stop_fetching``; real time only. Its queues are class-level with a ``reset()`` for tests, as
-the guide asks. The contract suite must pass on it without a single capability flag.
+``extend_lease``, no ``lease_seconds``, no positions, no ``stop_fetching``; real time only.
+Its queues are class-level with a ``reset()`` for tests, as the guide asks. The contract suite
+must pass on it without a single capability flag.
 """
 
 from __future__ import annotations

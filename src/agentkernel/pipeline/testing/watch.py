@@ -21,8 +21,7 @@ class GroupLockWatch:
         self._changed = threading.Condition()
         self._until = float("inf")
         self._threads = [
-            threading.Thread(target=self._wait_in_fetch, args=(c,), daemon=True)
-            for c in consumers
+            threading.Thread(target=self._wait_in_fetch, args=(c,), daemon=True) for c in consumers
         ]
 
     def start(self) -> None:
