@@ -95,3 +95,26 @@ class ContractFixtures:
 
     def assert_empty(self, consumer: TransportConsumer) -> None:
         assert consumer.fetch(10, self.empty_wait) == []
+
+    # -- upstream's helper names, for cases a subclass written against upstream adds ---------
+
+    @staticmethod
+    def _msg(
+        body: str = "{}",
+        group_id: str | None = None,
+        dedup_id: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> QueueMessage:
+        return QueueMessage(
+            body=body, group_id=group_id, dedup_id=dedup_id, attributes=attributes or {}
+        )
+
+    def _consumer(
+        self, transport: QueueTransport, queue: QueueName = QueueName.INPUT
+    ) -> TransportConsumer:
+        return self.consumer(transport, queue)
+
+    def _pair(self, queue: QueueName = QueueName.INPUT) -> tuple[QueueTransport, TransportConsumer]:
+        transport = self.make_transport()
+        self._transports.append(transport)
+        return transport, self.consumer(transport, queue)
