@@ -23,7 +23,7 @@ from tests.transports.test_sqs import create_fifo
 
 pytestmark = pytest.mark.aws
 
-ENTRY = Path(__file__).with_name("guide_ecs_consumer.py")
+HERE = Path(__file__).parent
 ROOT = Path(__file__).parents[2]
 
 
@@ -56,16 +56,30 @@ def wait_until(check: Any, timeout: float) -> bool:
     return False
 
 
-def test_an_ecs_entry_file_written_to_the_guide_runs_under_run(tmp_path: Path) -> None:
+@pytest.mark.parametrize(
+    ("entry", "limit"),
+    [
+        ("guide_ecs_consumer.py", 2),  # overrides poll (through _get_client) and the settings
+        ("guide_ecs_minimal.py", 3),  # the base's poll, delete_message and max_receive_count
+    ],
+)
+def test_an_ecs_entry_file_written_to_the_guide_runs_under_run(
+    tmp_path: Path, entry: str, limit: int
+) -> None:
     url = create_fifo(f"orders-{uuid.uuid4().hex[:8]}", visibility=1)
     for n in range(3):
         send(url, {"order": n}, group=f"customer-{n % 2}")
     send(url, {"order": 99, "poison": True}, group="customer-9")
     log = tmp_path / "log.jsonl"
-    env = os.environ | {"ORDERS_QUEUE_URL": url, "GUIDE_LOG": str(log), "PYTHONPATH": str(ROOT)}
+    env = os.environ | {
+        "ORDERS_QUEUE_URL": url,
+        "GUIDE_LOG": str(log),
+        "PYTHONPATH": str(ROOT),
+        "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": "1",  # the default poll's wait
+    }
     errors = tmp_path / "stderr.txt"
     with errors.open("wb") as stderr:
-        proc = subprocess.Popen([sys.executable, str(ENTRY)], env=env, stderr=stderr)
+        proc = subprocess.Popen([sys.executable, str(HERE / entry)], env=env, stderr=stderr)
     try:
 
         def notes() -> list[dict[str, Any]]:
@@ -75,7 +89,7 @@ def test_an_ecs_entry_file_written_to_the_guide_runs_under_run(tmp_path: Path) -
         processed = sorted(n["body"]["order"] for n in notes() if n["kind"] == "processed")
         failed = [n for n in notes() if n["kind"] == "permanent_failure"]
         assert processed == [0, 1, 2]
-        assert [(n["body"]["order"], n["count"]) for n in failed] == [(99, 3)]  # past 2
+        assert [(n["body"]["order"], n["count"]) for n in failed] == [(99, limit + 1)]
         proc.send_signal(signal.SIGTERM)
         assert proc.wait(30) == 0, errors.read_text()
     finally:

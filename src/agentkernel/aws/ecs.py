@@ -72,8 +72,9 @@ class ECSSQSConsumer(QueueConsumer):
 
     @classmethod
     def poll(cls) -> list[dict[str, Any]]:
-        """One long-poll receive (up to 20 s): up to ``execution.queues.batch_size`` raw boto3
-        records, with their system and message attributes."""
+        """One long-poll receive (``execution.queues.sqs.wait_time_seconds``, 20 s by default):
+        up to ``execution.queues.batch_size`` raw boto3 records, with their system and message
+        attributes."""
         return sqs_records.receive(cls.get_queue_url())
 
     @classmethod

@@ -20,11 +20,13 @@ from agentkernel.core.redact import redact_url
 
 #: SQS returns at most this many messages per receive.
 MAX_BATCH = 10
-#: Long-poll wait of one receive, in seconds (the SQS maximum).
-WAIT_SECONDS = 20
 
 _lock = threading.Lock()
 _client: Any = None
+
+
+def _settings() -> SQSQueueConfig:
+    return AKConfig.get().execution.queues.sqs or SQSQueueConfig()
 
 
 def sqs() -> Any:
@@ -34,7 +36,7 @@ def sqs() -> Any:
         if _client is None:
             with require_extra("sqs", "ECSSQSConsumer.poll"):
                 from agentkernel.core.botocore_errors import client
-            settings = AKConfig.get().execution.queues.sqs or SQSQueueConfig()
+            settings = _settings()
             _client = client(
                 "sqs",
                 "execution.queues.sqs",
@@ -58,7 +60,8 @@ def batch_size() -> int:
 
 def receive(queue_url: str) -> list[dict[str, Any]]:
     """One long-poll receive on ``queue_url``: up to :func:`batch_size` raw records, with all
-    system attributes (``ApproximateReceiveCount``, ``MessageGroupId``) and message attributes.
+    system attributes (``ApproximateReceiveCount``, ``MessageGroupId``) and message attributes,
+    waiting up to ``execution.queues.sqs.wait_time_seconds`` (whole seconds, 20 by default).
 
     Raises:
         TransportError: SQS refused or could not be reached.
@@ -67,7 +70,7 @@ def receive(queue_url: str) -> list[dict[str, Any]]:
         reply = sqs().receive_message(
             QueueUrl=queue_url,
             MaxNumberOfMessages=batch_size(),
-            WaitTimeSeconds=WAIT_SECONDS,
+            WaitTimeSeconds=int(_settings().wait_time_seconds),
             MessageSystemAttributeNames=["All"],
             MessageAttributeNames=["All"],
         )
