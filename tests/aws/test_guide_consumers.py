@@ -10,6 +10,7 @@ import subprocess
 import sys
 import time
 import uuid
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -28,8 +29,11 @@ ROOT = Path(__file__).parents[2]
 
 
 @pytest.fixture(autouse=True)
-def _fresh_client(aws: str) -> None:
+def _fresh_clients(aws: str) -> Iterator[None]:
     sqs_records.reset()  # the client of an earlier test may point at another endpoint
+    LambdaSQSConsumer.reset()
+    yield
+    LambdaSQSConsumer.reset()
 
 
 def send(url: str, body: dict[str, Any], group: str = "g") -> None:

@@ -19,7 +19,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, ClassVar, cast
 
 from agentkernel.aws.events import BadEvent, sqs_message
 from agentkernel.core.log_limit import RateLimitedLog
@@ -66,7 +66,12 @@ class LambdaSQSConsumer(QueueConsumer):
         Returns:
             ``{"batchItemFailures": [...]}``: the records to deliver again.
         """
-        return _GuideBatch(cls).handle_batch(event, context)
+        return _GuideBatch.of(cls).handle_batch(event, context)
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget the batch handlers built for guide-shaped subclasses (tests)."""
+        _GuideBatch.built.clear()
 
     @classmethod
     def _get_max_receive_count(cls) -> int:
@@ -170,7 +175,20 @@ class LambdaSQSConsumer(QueueConsumer):
 
 
 class _GuideBatch(LambdaSQSConsumer):
-    """One batch of a guide-shaped subclass: its class methods get the raw records."""
+    """Runs the batches of a guide-shaped subclass: its class methods get the raw records.
+
+    One per subclass and container, reused by warm invocations like the pipeline's consumers.
+    """
+
+    built: ClassVar[dict[type, _GuideBatch]] = {}
+
+    @classmethod
+    def of(cls, owner: type[LambdaSQSConsumer]) -> _GuideBatch:
+        """The batch handler of ``owner`` (built on its first invocation)."""
+        batch = cls.built.get(owner)
+        if batch is None:
+            batch = cls.built[owner] = cls(owner)
+        return batch
 
     def __init__(self, owner: type[LambdaSQSConsumer]) -> None:
         # Class methods of the subclass: already bound, they take the record alone.
