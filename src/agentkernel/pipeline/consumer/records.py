@@ -37,6 +37,8 @@ POLL_WAIT_SECONDS = 20.0
 class RecordConsumer(TransportConsumer):
     """A transport consumer over a guide-shaped consumer class's ``poll``/``delete_message``.
 
+    ``poll`` decides how many records a fetch returns and how long it waits; after an empty
+    poll that returned at once, ``fetch`` pauses so a short-polling ``poll`` does not spin.
     ``nack`` is the base no-op: a record comes back when its lease (the SQS visibility
     timeout) runs out, as the guide's consumers have it.
     """
