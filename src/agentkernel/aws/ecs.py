@@ -7,53 +7,110 @@ DynamoDB, so ``execution.queues.type`` and ``execution.response_store.type`` nee
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from agentkernel.auth import AuthValidator
+from agentkernel.aws import sqs_records
 from agentkernel.aws.settings import container_api, ecs_config
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
+from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.base import QueueConsumer
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.http.app import RouterSource
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import create_response_store
-from agentkernel.pipeline.transport.base import (
-    QueueTransport,
-    QueueTransportFactory,
-    TransportConsumer,
-)
+from agentkernel.pipeline.transport.base import QueueTransportFactory
+
+logger = logging.getLogger(__name__)
 
 
 class ECSSQSConsumer(QueueConsumer):
-    """Base of the ECS consumers: ``run()`` starts ``no_of_consumers`` long-poll threads.
+    """Base of the ECS consumers: ``run()`` polls one SQS queue on ``num_consumers`` threads.
 
-    ``poll``/``delete_message`` work on a consumer of their own, for code that drives the queue
-    by hand; the threads started by ``run`` each have their own.
+    A subclass written to the queue-mode guide gives ``get_queue_url``, ``process_message`` and
+    ``on_permanent_failure`` as class methods over raw boto3 records (and may override ``poll``,
+    ``delete_message``, ``max_receive_count``, ``num_consumers``); ``run()`` drives them on the
+    pipeline's consumer loop. ``poll`` is one long-poll receive of up to
+    ``execution.queues.batch_size`` records; a record received more than ``max_receive_count``
+    times goes to ``on_permanent_failure`` and is then deleted; one whose processing raises is
+    left for the visibility timeout to deliver again.
+
+    :class:`ECSAgentRunner` and :class:`ECSOutputConsumer` are the pipeline's own subclasses:
+    they take envelopes and are configured by ``AK_...`` variables.
     """
 
     queue: ClassVar[QueueName]
-    transport: QueueTransport
-    _poller: TransportConsumer | None = None
-
-    def poll(self, batch_size: int = 1, wait_seconds: float = 20.0) -> list[QueueMessage]:
-        if self._poller is None:
-            self._poller = self.transport.create_consumer(self.queue)
-        return self._poller.fetch(batch_size, wait_seconds)
-
-    def delete_message(self, message: QueueMessage) -> None:
-        if self._poller is None:
-            raise RuntimeError("delete_message() of a message that poll() did not return")
-        self._poller.ack(message)
+    #: Polling threads of :meth:`run` (the pipeline's own subclasses read their queue's
+    #: ``no_of_consumers`` instead).
+    num_consumers: int = 10
 
     @classmethod
-    def from_environment(cls) -> ECSSQSConsumer:
+    def get_queue_url(cls) -> str:
+        """The URL of the SQS queue to poll; a guide-shaped subclass overrides it.
+
+        Raises:
+            AKConfigError: no URL is configured for this class's queue.
+        """
+        queue = getattr(cls, "queue", None)
+        url = getattr(ecs_config().execution.queues, queue.value).url if queue else None
+        if not url:
+            raise AKConfigError(
+                f"{cls.__name__}.get_queue_url(): no queue URL; override it to return the URL "
+                "of the SQS queue to poll"
+            )
+        return str(url)
+
+    @classmethod
+    def _get_client(cls) -> Any:
+        """The process's boto3 SQS client (upstream's name, for ``poll`` overrides)."""
+        return sqs_records.sqs()
+
+    @classmethod
+    def poll(cls) -> list[dict[str, Any]]:
+        """One long-poll receive (``execution.queues.sqs.wait_time_seconds``, 20 s by default):
+        up to ``execution.queues.batch_size`` raw boto3 records, with their system and message
+        attributes."""
+        return sqs_records.receive(cls.get_queue_url())
+
+    @classmethod
+    def delete_message(cls, record: dict[str, Any]) -> None:
+        """Delete a handled record (a raw boto3 record from :meth:`poll`)."""
+        sqs_records.delete(cls.get_queue_url(), record)
+
+    @classmethod
+    def poll_batch_size(cls) -> int:
+        return sqs_records.batch_size()
+
+    @classmethod
+    def run(cls) -> None:
+        """Container entry: poll until SIGTERM, finish the records in hand, exit 0 (1 after a
+        thread crashed).
+
+        Raises:
+            AKConfigError: no queue URL.
+            ValueError: ``num_consumers`` or ``max_receive_count`` below 1.
+        """
+        cls.check_settings()
+        url = cls.get_queue_url()
+        if not url:
+            raise AKConfigError(f"{cls.__name__}.get_queue_url() returned no queue URL")
+        logger.info("%s polling %s on %s threads", cls.__name__, redact_url(url), cls.num_consumers)
+        super().run()
+
+
+class _FromEnvironment(ECSSQSConsumer):
+    """The pipeline's ECS consumers: built from ``AK_...`` variables, fed envelopes."""
+
+    @classmethod
+    def from_environment(cls) -> _FromEnvironment:
         """Build from ``AK_...`` variables (and ``config.yaml`` when present)."""
         raise NotImplementedError
 
@@ -65,7 +122,7 @@ class ECSSQSConsumer(QueueConsumer):
         consumer.consumer_loop().run()  # type: ignore[attr-defined]
 
 
-class ECSAgentRunner(ECSSQSConsumer, AgentRunner):
+class ECSAgentRunner(_FromEnvironment, AgentRunner):
     """The Agent Runner container: INPUT -> agents -> OUTPUT on SQS."""
 
     queue = QueueName.INPUT
@@ -77,7 +134,7 @@ class ECSAgentRunner(ECSSQSConsumer, AgentRunner):
         return cls(config, AgentRegistry.default())
 
 
-class ECSOutputConsumer(ECSSQSConsumer, ResponseHandler):
+class ECSOutputConsumer(_FromEnvironment, ResponseHandler):
     """The IO container's OUTPUT consumer threads: replies -> response store."""
 
     queue = QueueName.OUTPUT

@@ -19,7 +19,7 @@ import logging
 import time
 from collections import defaultdict
 from collections.abc import Callable
-from typing import Any, ClassVar
+from typing import Any, ClassVar, cast
 
 from agentkernel.aws.container_loop import run_in_container
 from agentkernel.aws.events import BadEvent, sqs_message
@@ -28,6 +28,7 @@ from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
 from agentkernel.pipeline.consumer.handling import report_undecodable
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
+from agentkernel.pipeline.consumer.records import on_record, record_message
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
@@ -49,9 +50,42 @@ class LambdaSQSConsumer(QueueConsumer):
     queue's redrive policy moves the record to its dead-letter queue.
     """
 
-    queue: ClassVar[QueueName]
+    #: The queue consumed (a label in logs and metrics).
+    queue: str
     transport: QueueTransport
     max_receive_count: int = 3
+
+    @classmethod
+    def handle(cls, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
+        """Lambda entry of a subclass written to the queue-mode guide.
+
+        Its ``process_message`` and ``on_permanent_failure`` are class methods that take the
+        raw records of the event (``messageId``, ``body``, ``attributes``, ...); they run on
+        the same batch handling as the pipeline's own consumers. The receive limit is
+        ``_get_max_receive_count()`` (default ``max_receive_count``).
+
+        Returns:
+            ``{"batchItemFailures": [...]}``: the records to deliver again.
+        """
+        return _GuideBatch.of(cls).handle_batch(event, context)
+
+    @classmethod
+    def reset(cls) -> None:
+        """Forget the batch handlers built for guide-shaped subclasses (tests)."""
+        _GuideBatch.built.clear()
+
+    @classmethod
+    def _get_max_receive_count(cls) -> int:
+        """Upstream's hook for the receive limit; default :attr:`max_receive_count`."""
+        return cls.max_receive_count
+
+    def message_of(self, record: dict[str, Any]) -> QueueMessage:
+        """The envelope of one event record.
+
+        Raises:
+            BadEvent: not an SQS record.
+        """
+        return sqs_message(record)
 
     def handle_batch(self, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """Run one event source mapping batch; returns the records to retry.
@@ -64,11 +98,11 @@ class LambdaSQSConsumer(QueueConsumer):
     async def handle_batch_async(
         self, event: dict[str, Any], context: Any = None
     ) -> dict[str, Any]:
-        outage = OutageRetry(self.queue.value, stopping=_out_of_time(context), log=_outage_log)
+        outage = OutageRetry(str(self.queue), stopping=_out_of_time(context), log=_outage_log)
         sessions: dict[str, list[QueueMessage]] = defaultdict(list)
         for record in event.get("Records") or []:
             try:
-                message = sqs_message(record)
+                message = self.message_of(record)
             except BadEvent:
                 logger.error("dropping a record that is not an SQS message", exc_info=True)
                 continue
@@ -134,10 +168,53 @@ class LambdaSQSConsumer(QueueConsumer):
         consumer = getattr(self, "_lease_consumer", None)
         if consumer is None:
             try:  # one per container: creating it reads the queue's visibility timeout
-                consumer = self._lease_consumer = self.transport.create_consumer(self.queue)
+                consumer = self._lease_consumer = self.transport.create_consumer(
+                    QueueName(self.queue)
+                )
             except NotImplementedError:
                 return None
         return LeaseKeeper(f"lambda-{self.queue}-leases"), consumer
+
+
+class _GuideBatch(LambdaSQSConsumer):
+    """Runs the batches of a guide-shaped subclass: its class methods get the raw records.
+
+    One per subclass and container, reused by warm invocations like the pipeline's consumers.
+    """
+
+    built: ClassVar[dict[type, _GuideBatch]] = {}
+
+    @classmethod
+    def of(cls, owner: type[LambdaSQSConsumer]) -> _GuideBatch:
+        """The batch handler of ``owner`` (built on its first invocation)."""
+        batch = cls.built.get(owner)
+        if batch is None:
+            batch = cls.built[owner] = cls(owner)
+        return batch
+
+    def __init__(self, owner: type[LambdaSQSConsumer]) -> None:
+        # Class methods of the subclass: already bound, they take the record alone.
+        self._process = on_record(cast(Callable[[Any], Any], owner.process_message))
+        self._failure = on_record(cast(Callable[[Any], Any], owner.on_permanent_failure))
+        self.queue = owner.__name__
+        self.max_receive_count = owner._get_max_receive_count()
+
+    def message_of(self, record: dict[str, Any]) -> QueueMessage:
+        """The record itself travels along: the subclass reads it as it likes (as upstream's
+        consumers do, a record is not refused for a field the pipeline could not read)."""
+        message = record_message(record) if isinstance(record, dict) else None
+        if message is None or message.message_id is None:
+            raise BadEvent("not an SQS record (no messageId to report it by)")
+        return message
+
+    def process_message(self, message: QueueMessage) -> Any:
+        return self._process(message)
+
+    def on_permanent_failure(self, message: QueueMessage) -> Any:
+        return self._failure(message)
+
+    def _lease_keeper(self) -> None:
+        return None  # raw records are not leased through a transport (as on ECS)
 
 
 def _out_of_time(context: Any) -> Callable[[], bool]:

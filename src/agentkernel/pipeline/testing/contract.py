@@ -11,11 +11,12 @@ import pytest
 
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.testing.foreign import UndecodableCases
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.testing.capabilities import Capabilities, implements
+from agentkernel.pipeline.testing.watch import GroupLockWatch
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 
 
-class QueueTransportContract(UndecodableCases):
+class QueueTransportContract(Capabilities):
     """Test cases for a :class:`QueueTransport`; see :mod:`agentkernel.pipeline.testing`."""
 
     #: Lease (visibility timeout / ack wait) the transport under test was configured with, s.
@@ -28,53 +29,8 @@ class QueueTransportContract(UndecodableCases):
     empty_wait: ClassVar[float] = 0.3
     #: Body size for the large-message round trip, in bytes.
     large_body_bytes: ClassVar[int] = 200_000
-
-    #: Unacknowledged messages come back by themselves once their lease runs out.
-    timeout_redelivery: ClassVar[bool] = True
-    #: A dedup id is accepted again once the dedup window has passed.
-    dedup_expiry: ClassVar[bool] = True
-    #: An ack with the handle of an earlier delivery does not touch the redelivered message.
-    stale_handle_inert: ClassVar[bool] = True
-    #: ``extend_lease`` keeps a message invisible past its original lease.
-    lease_extension: ClassVar[bool] = True
-    #: A consumer already waiting in ``fetch`` when a group's first message is taken by another
-    #: consumer does not receive that group's next message while the first is in flight.
-    waiting_consumer_respects_group_lock: ClassVar[bool] = True
-    #: ``nack_later`` has the broker redeliver a message after the delay given (instead of the
-    #: consumer loop keeping it, and its lease, for that time).
-    delayed_nack: ClassVar[bool] = True
     #: Delay asked of ``nack_later`` by its case, in seconds (whole: SQS takes no less).
     nack_delay: ClassVar[float] = 2.0
-    #: Received messages carry a ``position`` that rises within a group (replay detection).
-    positions: ClassVar[bool] = True
-
-    #: Cases that only apply when a capability is declared.
-    _CASES_NEEDING: ClassVar[dict[str, tuple[str, ...]]] = {
-        "timeout_redelivery": (
-            "test_unacked_message_is_redelivered_after_lease",
-            "test_stale_handle_ack_is_harmless",
-            "test_lease_extension_keeps_message_hidden",
-        ),
-        "dedup_expiry": ("test_dedup_accepts_the_id_after_the_window",),
-        "stale_handle_inert": ("test_stale_handle_ack_is_harmless",),
-        "lease_extension": ("test_lease_extension_keeps_message_hidden",),
-        "waiting_consumer_respects_group_lock": (
-            "test_a_consumer_waiting_in_fetch_respects_the_group_lock",
-        ),
-        "delayed_nack": ("test_nack_later_redelivers_after_the_delay",),
-        "positions": ("test_positions_rise_within_a_group_and_stay_on_redelivery",),
-        "undecodable_kinds": (
-            "test_an_undecodable_message_neither_blocks_nor_returns",
-            "test_the_handling_dead_letters_an_undecodable_message_once",
-        ),
-    }
-
-    def __init_subclass__(cls, **kwargs: object) -> None:
-        super().__init_subclass__(**kwargs)
-        for capability, cases in cls._CASES_NEEDING.items():
-            if not getattr(cls, capability):
-                for case in cases:
-                    setattr(cls, case, None)  # not collected by pytest
 
     # -- the six guarantees ----------------------------------------------------------------
 
@@ -158,7 +114,7 @@ class QueueTransportContract(UndecodableCases):
         transport.send(QueueName.INPUT, self.msg("once"))
         consumer = self.consumer(transport, QueueName.INPUT)
         consumer.ack(self.fetch_one(consumer))
-        self.advance(self.ack_wait + 0.5)
+        self.force_redelivery()
         self.assert_empty(consumer)
 
     def test_nack_redelivers_with_incremented_count(self, transport: QueueTransport) -> None:
@@ -171,7 +127,14 @@ class QueueTransportContract(UndecodableCases):
     def test_nack_later_redelivers_after_the_delay(self, transport: QueueTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("later"))
         consumer = self.consumer(transport, QueueName.INPUT)
-        assert consumer.nack_later(self.fetch_one(consumer), self.nack_delay) is True
+        first = self.fetch_one(consumer)
+        if not self.capable("delayed_nack", consumer, "nack_later"):
+            # Not offered: the answer must say so, so the loop keeps the message for the delay.
+            assert consumer.nack_later(first, self.nack_delay) is False
+            self.assert_empty(consumer)  # and nothing was handed back meanwhile
+            consumer.ack(first)
+            return
+        assert consumer.nack_later(first, self.nack_delay) is True
         self.assert_empty(consumer)  # not at once
         self.advance(self.nack_delay)
         again = self.fetch_one(consumer)
@@ -193,7 +156,7 @@ class QueueTransportContract(UndecodableCases):
         transport.send(QueueName.INPUT, self.msg("slow"))
         consumer = self.consumer(transport, QueueName.INPUT)
         assert self.fetch_one(consumer).receive_count == 1
-        self.advance(self.ack_wait + 0.2)
+        self.force_redelivery()
         again = self.fetch_one(consumer)
         assert (again.body, again.receive_count) == ("slow", 2)
 
@@ -202,7 +165,7 @@ class QueueTransportContract(UndecodableCases):
         transport.send(QueueName.INPUT, self.msg("a2", group="s1"))
         consumer = self.consumer(transport, QueueName.INPUT)
         stale = self.fetch_one(consumer)
-        self.advance(self.ack_wait + 0.2)
+        self.force_redelivery()
         current = self.fetch_one(consumer)
         assert (current.body, current.receive_count) == ("a1", 2)
         consumer.ack(stale)  # must not release the group or remove the redelivered copy
@@ -214,6 +177,11 @@ class QueueTransportContract(UndecodableCases):
         transport.send(QueueName.INPUT, self.msg("long-turn"))
         consumer = self.consumer(transport, QueueName.INPUT)
         got = self.fetch_one(consumer)
+        if not self.capable("lease_extension", consumer, "extend_lease"):
+            # Not offered: the consumer must not report a lease the loop would try to extend.
+            assert consumer.lease_seconds is None, "lease_seconds is set but extend_lease is not"
+            consumer.ack(got)
+            return
         for _ in range(3):
             self.advance(self.ack_wait * 0.6)
             consumer.extend_lease(got)
@@ -250,26 +218,19 @@ class QueueTransportContract(UndecodableCases):
         self, transport: QueueTransport
     ) -> None:
         consumers = [self.consumer(transport, QueueName.INPUT) for _ in range(2)]
-        got: list[list[QueueMessage]] = [[], []]
-        # Stop waiting before the first message's lease could run out and redeliver it.
-        lease = 0.6 * self.ack_wait if self.timeout_redelivery else self.fetch_wait
-        window = 1.0 + min(self.fetch_wait, lease)
-
-        def wait_in_fetch(i: int) -> None:
-            deadline = time.monotonic() + window
-            while time.monotonic() < deadline and not got[i]:
-                got[i] = consumers[i].fetch(1, min(deadline - time.monotonic(), 2.0))
-
-        threads = [threading.Thread(target=wait_in_fetch, args=(i,)) for i in range(2)]
-        for t in threads:
-            t.start()
-        time.sleep(0.5)  # both consumers are now waiting
+        waiting = GroupLockWatch(consumers)
+        waiting.start()
+        time.sleep(0.5)  # both consumers are now waiting in fetch
+        # The lease of "first" starts at its delivery, which is after this moment: a message
+        # received before this moment plus the lease cannot be a lease-expiry redelivery.
+        sent = time.monotonic()
+        lease = self.ack_wait if self.timeout_redelivery else float("inf")
         transport.send(QueueName.INPUT, self.msg("first", group="locked"))
-        time.sleep(0.5)
+        waiting.wait_for("first", self.fetch_wait)
         transport.send(QueueName.INPUT, self.msg("second", group="locked"))
-        for t in threads:
-            t.join(window + 5)
-        bodies = sorted(m.body for batch in got for m in batch)
+        # Give "second" the time a broker needs to hand it out wrongly, within the lease.
+        waiting.stop_at(min(sent + lease, time.monotonic() + self.fetch_wait))
+        bodies = sorted(body for at, body in waiting.join(self.fetch_wait) if at < sent + lease)
         assert bodies == ["first"], f"both messages of one group were in flight: {bodies}"
 
     # -- dedup -----------------------------------------------------------------------------
@@ -301,8 +262,9 @@ class QueueTransportContract(UndecodableCases):
         after = self.open_consumers(transport, QueueName.INPUT)
         if before is not None:
             assert (before, after) == (1, 0)
-        with pytest.raises(TransportError):
-            consumer.fetch(1, 0.01)
+        if implements(consumer, "close"):  # it holds something: once released, no more fetches
+            with pytest.raises(TransportError):
+                consumer.fetch(1, 0.01)
 
     def test_concurrent_producers_and_consumers_lose_nothing(
         self, transport: QueueTransport
@@ -360,6 +322,9 @@ class QueueTransportContract(UndecodableCases):
         first = self.fetch_one(consumer)
         consumer.nack(first)
         again = self.fetch_one(consumer)
+        if self.positions is None and first.position is None:
+            self._no_positions(consumer, again)  # detected: the transport sets none
+            return
         assert again.body == "1" and again.position == first.position is not None
         seen = [again]
         consumer.ack(again)
@@ -370,3 +335,13 @@ class QueueTransportContract(UndecodableCases):
         assert len({p.unit for p in positions if p is not None}) == 1, positions
         sequences = [p.sequence for p in positions if p is not None]
         assert len(sequences) == 3 and sequences == sorted(set(sequences)), positions
+
+    def _no_positions(self, consumer: TransportConsumer, again: QueueMessage) -> None:
+        """A transport without positions sets none at all (a half-set one would mislead)."""
+        seen = [again]
+        consumer.ack(again)
+        for _ in range(2):
+            seen.append(self.fetch_one(consumer))
+            consumer.ack(seen[-1])
+        assert [m.body for m in seen] == ["1", "2", "3"]
+        assert [m.position for m in seen] == [None] * 3

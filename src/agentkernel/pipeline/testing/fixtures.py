@@ -19,6 +19,7 @@ class ContractFixtures:
 
     fetch_wait: ClassVar[float]
     empty_wait: ClassVar[float]
+    ack_wait: ClassVar[float]
 
     # -- hooks ---------------------------------------------------------------------------
 
@@ -29,6 +30,14 @@ class ContractFixtures:
     def advance(self, seconds: float) -> None:
         """Let ``seconds`` of broker time pass."""
         time.sleep(seconds)
+
+    def force_redelivery(self) -> None:
+        """Let every lease run out, so unacknowledged messages can be delivered again.
+
+        Upstream's name for the hook: by default it advances past ``ack_wait``, so a subclass
+        overrides either this (a broker that can expire leases on demand) or :meth:`advance`.
+        """
+        self.advance(self.ack_wait + 0.2)
 
     def distinct_groups(self, n: int) -> list[str]:
         """``n`` group ids the transport can run in parallel (override for partitioned brokers,
@@ -86,3 +95,26 @@ class ContractFixtures:
 
     def assert_empty(self, consumer: TransportConsumer) -> None:
         assert consumer.fetch(10, self.empty_wait) == []
+
+    # -- upstream's helper names, for cases a subclass written against upstream adds ---------
+
+    @staticmethod
+    def _msg(
+        body: str = "{}",
+        group_id: str | None = None,
+        dedup_id: str | None = None,
+        attributes: dict[str, str] | None = None,
+    ) -> QueueMessage:
+        return QueueMessage(
+            body=body, group_id=group_id, dedup_id=dedup_id, attributes=attributes or {}
+        )
+
+    def _consumer(
+        self, transport: QueueTransport, queue: QueueName = QueueName.INPUT
+    ) -> TransportConsumer:
+        return self.consumer(transport, queue)
+
+    def _pair(self, queue: QueueName = QueueName.INPUT) -> tuple[QueueTransport, TransportConsumer]:
+        transport = self.make_transport()
+        self._transports.append(transport)
+        return transport, self.consumer(transport, queue)

@@ -18,6 +18,7 @@ from __future__ import annotations
 import asyncio
 import heapq
 import itertools
+import logging
 import threading
 import time
 import uuid
@@ -33,6 +34,10 @@ from agentkernel.pipeline.transport.base import QueueTransport, TransportConsume
 from agentkernel.pipeline.transport.in_memory_queue import Entry, Handle, Lease, MemoryQueue
 
 Clock = Callable[[], float]
+logger = logging.getLogger(__name__)
+
+#: Default lease and dedup window of the in-memory queues, in seconds.
+DEFAULT_SECONDS = 300.0
 
 
 class ManualClock:
@@ -219,8 +224,11 @@ class InMemoryTransport(QueueTransport):
         dedup_window: seconds during which a repeated ``dedup_id`` is dropped at send.
         clock: monotonic time source in seconds (tests pass a :class:`ManualClock`).
 
-    Each instance is its own broker. :meth:`shared` returns a transport over the process-wide
-    broker that the factory hands to every component of the embedded topology.
+    The queues are process-wide, as the transport guide has them: every instance, whenever it
+    was made, sends to and consumes from the same two queues, so a producer and a consumer
+    built apart still meet. Whichever instance first needs the queues creates them with its
+    settings (``None``: 300 s each, real time); an instance that asks for other settings later
+    gets a warning and the queues as they are. :meth:`reset` drops the queues (tests).
     """
 
     nonblocking = True
@@ -230,33 +238,57 @@ class InMemoryTransport(QueueTransport):
 
     def __init__(
         self,
-        ack_wait: float = 300.0,
-        dedup_window: float = 300.0,
-        clock: Clock = time.monotonic,
-        *,
-        _broker: _Broker | None = None,
+        ack_wait: float | None = None,
+        dedup_window: float | None = None,
+        clock: Clock | None = None,
     ) -> None:
-        self._broker = _broker or _Broker(ack_wait, dedup_window, clock)
+        for name, value in (("ack_wait", ack_wait), ("dedup_window", dedup_window)):
+            if value is not None and not value >= 0:  # also refuses NaN
+                raise ValueError(f"{name} must be a number of seconds >= 0, got {value!r}")
+        self._wanted = (ack_wait, dedup_window, clock)
+        self._checked: _Broker | None = None  # the queues whose settings were compared
+
+    @property
+    def _broker(self) -> _Broker:
+        broker = InMemoryTransport._shared
+        if broker is None:
+            with InMemoryTransport._shared_lock:
+                if (broker := InMemoryTransport._shared) is None:
+                    ack_wait, dedup_window, clock = self._wanted
+                    broker = InMemoryTransport._shared = _Broker(
+                        DEFAULT_SECONDS if ack_wait is None else ack_wait,
+                        DEFAULT_SECONDS if dedup_window is None else dedup_window,
+                        time.monotonic if clock is None else clock,
+                    )
+        if broker is not self._checked:
+            self._checked = broker
+            _warn_if_other_settings(broker, self._wanted)
+        return broker
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> InMemoryTransport:
-        """The process-wide transport, tuned by ``execution.queues.in_memory``."""
+        """The process-wide queues, tuned by ``execution.queues.in_memory``."""
         tuning = block.in_memory or InMemoryQueueConfig()
         return cls.shared(tuning.ack_wait, tuning.dedup_window)
 
     @classmethod
-    def shared(cls, ack_wait: float = 300.0, dedup_window: float = 300.0) -> InMemoryTransport:
-        """A transport over the process-wide broker (created on first use with these settings)."""
-        with cls._shared_lock:
-            if cls._shared is None:
-                cls._shared = _Broker(ack_wait, dedup_window, time.monotonic)
-            return cls(_broker=cls._shared)
+    def shared(
+        cls, ack_wait: float = DEFAULT_SECONDS, dedup_window: float = DEFAULT_SECONDS
+    ) -> InMemoryTransport:
+        """A transport over the process-wide queues (created on first use with these settings)."""
+        transport = cls(ack_wait, dedup_window)
+        transport._broker  # noqa: B018 - creates the queues with these settings if none exist
+        return transport
 
     @classmethod
     def reset(cls) -> None:
-        """Drop the process-wide broker and everything queued on it (tests)."""
+        """Drop the process-wide queues and everything on them (tests).
+
+        Instances made before keep working: they use new, empty queues from then on (a
+        consumer created before keeps the queue it was created on).
+        """
         with cls._shared_lock:
-            cls._shared = None
+            InMemoryTransport._shared = None
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
         return self._broker.send(QueueName(queue), message)
@@ -340,3 +372,21 @@ class InMemoryConsumer(TransportConsumer):
         self._closed = True
         with self._broker.queues[self._queue].cond:
             self._broker.queues[self._queue].consumers -= 1
+
+
+def _warn_if_other_settings(
+    broker: _Broker, wanted: tuple[float | None, float | None, Clock | None]
+) -> None:
+    """Say so when an instance asked for settings other than those the queues were made with."""
+    ack_wait, dedup_window, clock = wanted
+    if (
+        (ack_wait is not None and ack_wait != broker.ack_wait)
+        or (dedup_window is not None and dedup_window != broker.dedup_window)
+        or (clock is not None and clock is not broker.clock)
+    ):
+        logger.warning(
+            "in-memory queues already exist (ack_wait %ss, dedup_window %ss); this transport's "
+            "other settings are ignored (InMemoryTransport.reset() makes new queues)",
+            broker.ack_wait,
+            broker.dedup_window,
+        )
