@@ -1,0 +1,87 @@
+"""How a message is laid out in a session stream entry, and the message an entry stands for.
+
+An entry has the fields ``b`` (the body, UTF-8), ``a`` (the attributes, a JSON object of
+strings, ASCII-escaped so any string survives byte for byte), ``d`` (the dedup id, when
+given) and ``u`` (set when the message had no group: its session is a one-off).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.position import Position
+
+
+@dataclass(frozen=True, slots=True)
+class Handle:
+    """What settling a delivered message needs: its token, delivery and head entry."""
+
+    token: bytes
+    count: int
+    head: bytes
+    session: bytes
+
+
+def encode_attributes(attributes: dict[str, str]) -> str:
+    return json.dumps(attributes, ensure_ascii=True, separators=(",", ":"))
+
+
+def entry_sequence(entry_id: bytes) -> int:
+    """The position of an entry id ``<ms>-<seq>`` (ours are ``0-<counter>``) as one integer."""
+    ms, _, seq = entry_id.partition(b"-")
+    return (int(ms) << 64) + int(seq or 0)
+
+
+def decoded(name: str, unit: str, handle: Handle, fields: dict[bytes, bytes]) -> QueueMessage:
+    """The message a session stream entry stands for; one that cannot be decoded comes out
+    marked ``undecodable``, with what could be read, so the fetch goes on and the handling
+    dead-letters it."""
+    defects: list[str] = []
+    body = _text(fields.get(b"b"), "body", defects)
+    attributes = _attributes(fields.get(b"a"), defects)
+    group: str | None = None
+    if b"u" not in fields:
+        group = _text(handle.session, "session id", defects) or None
+    dedup = fields.get(b"d")
+    return QueueMessage(
+        body=body,
+        attributes=attributes,
+        group_id=group,
+        dedup_id=dedup.decode("utf-8", "replace") if dedup is not None else None,
+        receive_count=handle.count,
+        message_id=f"{name}:{handle.head.decode('ascii', 'replace')}",
+        position=Position(unit, entry_sequence(handle.head)),
+        undecodable="; ".join(defects) or None,
+        native=handle,
+    )
+
+
+def _text(raw: bytes | None, what: str, defects: list[str]) -> str:
+    if raw is None:
+        defects.append(f"no {what}")
+        return ""
+    try:
+        return raw.decode()
+    except UnicodeDecodeError:
+        defects.append(f"{what} is not UTF-8")
+        return ""
+
+
+def _attributes(raw: bytes | None, defects: list[str]) -> dict[str, str]:
+    if raw is None:
+        return {}
+    try:
+        doc: Any = json.loads(raw)
+    except ValueError:  # UnicodeDecodeError is a ValueError
+        defects.append("attributes are not JSON")
+        return {}
+    if not isinstance(doc, dict):
+        defects.append("attributes are not a JSON object")
+        return {}
+    kept = {k: v for k, v in doc.items() if isinstance(v, str)}
+    if len(kept) != len(doc):
+        defects.append("attributes that are not strings")
+    return kept
