@@ -44,7 +44,7 @@ def decoded(name: str, unit: str, handle: Handle, fields: dict[bytes, bytes]) ->
     attributes = _attributes(fields.get(b"a"), defects)
     group: str | None = None
     if b"u" not in fields:
-        group = _text(handle.session, "session id", defects) or None
+        group = _text(handle.session, "session id", defects)
     dedup = fields.get(b"d")
     return QueueMessage(
         body=body,
