@@ -16,8 +16,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import redis
 
-from agentkernel.core.errors import TransportError
+from agentkernel.core.errors import AKConfigError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from tests import servers
@@ -173,3 +174,15 @@ def test_an_unreachable_redis_fails_start_up_fast() -> None:
     with pytest.raises(TransportError):
         RedisStreamsTransport(settings(f"redis://127.0.0.1:{servers.free_port()}/0"))
     assert time.monotonic() - started < 1.0
+
+
+def test_an_evicting_server_is_refused_unless_allowed(
+    private_redis: PrivateRedis, caplog: pytest.LogCaptureFixture
+) -> None:
+    client = redis.Redis.from_url(private_redis.url)
+    client.config_set("maxmemory-policy", "allkeys-lru")
+    client.close()
+    with pytest.raises(AKConfigError, match="allkeys-lru"):
+        RedisStreamsTransport(settings(private_redis.url))
+    RedisStreamsTransport(settings(private_redis.url, allow_eviction=True)).close()
+    assert "may evict queued messages" in caplog.text

@@ -215,6 +215,11 @@ class RedisQueueConfig(Block):
         description="Seconds to connect and to wait for an answer; an unreachable Redis fails "
         "a call within it. Must exceed block_slice.",
     )
+    allow_eviction: bool = Field(
+        False,
+        description="Run on a server whose maxmemory-policy may evict keys (an evicted key "
+        "loses queued messages). Off, such a server is refused at start-up; on, warned about.",
+    )
     auto_provision: bool = Field(
         False,
         description="Create missing ready streams and consumer groups (development). When false "

@@ -54,6 +54,7 @@ class RedisStreamsTransport(QueueTransport):
             for name in ("SEND", "FETCH", "RESOLVE", "ACK", "DEAD_LETTER", "SET_IDLE", "LEAVE")
         }
         self._prune: Callable[..., Any] = self.client.register_script(scripts.PRUNE)
+        self._check_eviction()
         for keys in self.queues.values():
             self._provision(keys)
 
@@ -61,6 +62,21 @@ class RedisStreamsTransport(QueueTransport):
     def from_config(cls, block: QueuesConfig) -> RedisStreamsTransport:
         settings: RedisQueueConfig = require_block(block, "redis")
         return cls(settings)
+
+    def _check_eviction(self) -> None:
+        """Refuse a server that may evict keys: a lost token or session stream loses messages
+        without a trace (``allow_eviction`` turns the refusal into a warning)."""
+        with stream_errors("check of the server's eviction policy"):
+            policy = self.client.info("memory").get("maxmemory_policy", "noeviction")
+        if policy == "noeviction":
+            return
+        text = f"the Redis maxmemory-policy is {policy}: it may evict queued messages"
+        if not self.settings.allow_eviction:
+            raise AKConfigError(
+                f"{_KEY}: {text}; set maxmemory-policy noeviction on the server, or "
+                "allow_eviction: true to accept the risk"
+            )
+        logger.warning("%s: %s", _KEY, text)
 
     def _provision(self, keys: QueueKeys) -> None:
         group = self.settings.group
