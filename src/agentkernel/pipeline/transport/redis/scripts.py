@@ -43,9 +43,9 @@ local function field(fields, name)
   return nil
 end
 
-local function resolve(ready, group, tag, tokens)
+local function resolve(ready, group, tag, tokens, fresh)
   local out = {}
-  for _, entry in ipairs(tokens) do
+  for i, entry in ipairs(tokens) do
     local token, fields = entry[1], entry[2]
     local session = fields and field(fields, 's')
     local head = nil
@@ -54,8 +54,11 @@ local function resolve(ready, group, tag, tokens)
       if ok and #got == 1 then head = got[1] end
     end
     if head then
-      local p = redis.call('XPENDING', ready, group, token, token, 1)
-      table.insert(out, {token, session, p[1][4], head[1], head[2]})
+      local count = 1  -- a token read as new has been delivered once
+      if i <= #tokens - fresh then
+        count = redis.call('XPENDING', ready, group, token, token, 1)[1][4]
+      end
+      table.insert(out, {token, session, count, head[1], head[2]})
     else
       redis.call('XACK', ready, group, token)
       redis.call('XDEL', ready, token)
@@ -67,13 +70,14 @@ end
 """
 
 #: KEYS: ready, meta, session stream, dedup marker.
-#: ARGV: session, body, attributes, dedup id ('' for none), window ms, new incarnation, ungrouped.
+#: ARGV: session, body, attributes, dedup id ('' for none), window ms, incarnation id (used by
+#: the queue's first message), ungrouped.
 SEND = """
 if ARGV[4] ~= '' and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[5]) then
   return false
 end
-redis.call('HSETNX', KEYS[2], 'inc', ARGV[6])
 local n = redis.call('HINCRBY', KEYS[2], 'seq', 1)
+if n == 1 then redis.call('HSET', KEYS[2], 'inc', ARGV[6]) end
 local fields = {'b', ARGV[2], 'a', ARGV[3]}
 if ARGV[4] ~= '' then table.insert(fields, 'd'); table.insert(fields, ARGV[4]) end
 if ARGV[7] == '1' then table.insert(fields, 'u'); table.insert(fields, '1') end
@@ -91,27 +95,30 @@ local tokens = {}
 local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], ARGV[5],
   'COUNT', ARGV[3])
 for _, entry in ipairs(claimed[2]) do table.insert(tokens, entry) end
+local fresh = 0
 local want = tonumber(ARGV[3]) - #tokens
 if want > 0 then
   local got = redis.call('XREADGROUP', 'GROUP', ARGV[1], ARGV[2], 'COUNT', want,
     'STREAMS', KEYS[1], '>')
   if got then
     for _, entry in ipairs(got[1][2]) do table.insert(tokens, entry) end
+    fresh = #got[1][2]
   end
 end
 return {claimed[1], redis.call('HGET', KEYS[2], 'inc') or '',
-  resolve(KEYS[1], ARGV[1], ARGV[6], tokens)}
+  resolve(KEYS[1], ARGV[1], ARGV[6], tokens, fresh)}
 """
 )
 
-#: Tokens a blocking read delivered: KEYS: ready, meta. ARGV: group, tag, then token id and
+#: Tokens a blocking read delivered (as new: each was delivered once): KEYS: ready, meta. ARGV: group, tag, then token id and
 #: session pairs. Returns {incarnation, resolved tokens}.
 RESOLVE = (
     _RESOLVE
     + """
 local tokens = {}
 for i = 3, #ARGV, 2 do table.insert(tokens, {ARGV[i], {'s', ARGV[i + 1]}}) end
-return {redis.call('HGET', KEYS[2], 'inc') or '', resolve(KEYS[1], ARGV[1], ARGV[2], tokens)}
+return {redis.call('HGET', KEYS[2], 'inc') or '',
+  resolve(KEYS[1], ARGV[1], ARGV[2], tokens, #tokens)}
 """
 )
 

@@ -7,6 +7,7 @@ See :mod:`agentkernel.pipeline.transport.redis` for the design; the consumer is 
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable
 from typing import Any
@@ -47,6 +48,7 @@ class RedisStreamsTransport(QueueTransport):
             raise AKConfigError(f"{_KEY}.socket_timeout: must exceed block_slice")
         self.settings = settings
         self.queues = {q: QueueKeys.of(settings.prefix, q.value) for q in QueueName}
+        self._instance = uuid.uuid4().hex  # with the time: the incarnation id of a new queue
         self.client = _client(settings)
         #: The scripts of :mod:`.scripts` by name, called as ``script(keys, args)``.
         self.scripts: dict[str, Callable[..., Any]] = {
@@ -124,7 +126,7 @@ class RedisStreamsTransport(QueueTransport):
             encode_attributes(message.attributes),
             dedup,
             max(int(self.settings.dedup_window * 1000), 1),
-            uuid.uuid4().hex,
+            f"{self._instance}-{time.time_ns()}",
             "1" if ungrouped else "0",
         ]
         send_keys = [keys.ready, keys.meta, keys.session(raw_session), keys.dedup(dedup)]
