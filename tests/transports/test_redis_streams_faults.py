@@ -21,6 +21,7 @@ import redis
 from agentkernel.core.errors import AKConfigError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
+from agentkernel.pipeline.transport.redis import transport as redis_transport
 from tests import servers
 from tests.transports.test_redis_streams import drop_keys, fetch_all, settings
 
@@ -186,3 +187,28 @@ def test_an_evicting_server_is_refused_unless_allowed(
         RedisStreamsTransport(settings(private_redis.url))
     RedisStreamsTransport(settings(private_redis.url, allow_eviction=True)).close()
     assert "may evict queued messages" in caplog.text
+
+
+def test_departed_members_holding_nothing_are_removed(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(redis_transport, "PRUNE_IDLE_SECONDS", 0.5)
+    config = settings(redis_url, ack_wait=0.05)
+    transport = RedisStreamsTransport(config)
+    try:
+        transport.send(QueueName.INPUT, QueueMessage(body="held", group_id="s"))
+        holder = transport.create_consumer(QueueName.INPUT)
+        assert [m.body for m in fetch_all(holder, 1)] == ["held"]
+        idle = transport.create_consumer(QueueName.INPUT)  # a crashed process: never closed
+        time.sleep(0.7)
+        newcomer = transport.create_consumer(QueueName.INPUT)
+        names = transport.consumer_names(QueueName.INPUT)
+        assert idle.name not in names
+        assert {holder.name, newcomer.name} <= set(names)  # the holder keeps its delivery
+        # a live member removed by mistake joins again with its next read (here it claims the
+        # holder's message, whose 0.05 s lease ran out long ago)
+        assert [(m.body, m.receive_count) for m in idle.fetch(1, 1.0)] == [("held", 2)]
+        assert idle.name in transport.consumer_names(QueueName.INPUT)
+    finally:
+        transport.close()
+        drop_keys(redis_url, config.prefix)
