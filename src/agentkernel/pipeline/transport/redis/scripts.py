@@ -110,8 +110,8 @@ return {claimed[1], redis.call('HGET', KEYS[2], 'inc') or '',
 """
 )
 
-#: Tokens a blocking read delivered (as new: each was delivered once): KEYS: ready, meta. ARGV: group, tag, then token id and
-#: session pairs. Returns {incarnation, resolved tokens}.
+#: Tokens a blocking read delivered (as new: each was delivered once). KEYS: ready, meta.
+#: ARGV: group, tag, then token id and session pairs. Returns {incarnation, resolved tokens}.
 RESOLVE = (
     _RESOLVE
     + """
