@@ -212,3 +212,22 @@ def test_departed_members_holding_nothing_are_removed(
     finally:
         transport.close()
         drop_keys(redis_url, config.prefix)
+
+
+def test_an_expired_lease_behind_many_live_ones_is_found_by_one_fetch(
+    transport: RedisStreamsTransport,
+) -> None:
+    for i in range(60):
+        transport.send(QueueName.INPUT, QueueMessage(body=f"busy{i}", group_id=f"b{i}"))
+    busy = transport.create_consumer(QueueName.INPUT)
+    running = fetch_all(busy, 60)
+    transport.send(QueueName.INPUT, QueueMessage(body="late", group_id="late"))
+    crashed = transport.create_consumer(QueueName.INPUT)
+    assert [m.body for m in fetch_all(crashed, 1)] == ["late"]
+    deadline = time.monotonic() + transport.settings.ack_wait + 0.3
+    while time.monotonic() < deadline:  # the busy consumer keeps its 60 leases alive
+        for message in running:
+            busy.extend_lease(message)
+        time.sleep(0.2)
+    got = transport.create_consumer(QueueName.INPUT).fetch(1, 0.2)
+    assert [(m.body, m.receive_count) for m in got] == [("late", 2)]

@@ -12,6 +12,9 @@ the queue's hash tag, so it is in the slot of the declared keys.
 
 from __future__ import annotations
 
+#: XAUTOCLAIM calls per fetch at most (each scans up to ten times the batch size).
+CLAIM_ROUNDS = 10
+
 #: Whether the caller (consumer, delivery count) still holds a token; stale handles do nothing.
 _OWNED = """
 local function owned(ready, group, consumer, token, count)
@@ -87,14 +90,20 @@ return n
 """
 
 #: KEYS: ready, meta. ARGV: group, consumer, count, lease ms, claim cursor, tag.
-#: Returns {next cursor, incarnation, resolved tokens}.
+#: Returns {next cursor, incarnation, resolved tokens}. The claim goes on from the cursor of the
+#: consumer's previous fetch, so a large pending list is scanned over a few fetches.
 FETCH = (
     _RESOLVE
+    + f"local CLAIM_ROUNDS = {CLAIM_ROUNDS}\n"
     + """
-local tokens = {}
-local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], ARGV[5],
-  'COUNT', ARGV[3])
-for _, entry in ipairs(claimed[2]) do table.insert(tokens, entry) end
+local tokens, cursor = {}, ARGV[5]
+for _ = 1, CLAIM_ROUNDS do  -- each round scans up to ten times COUNT pending entries
+  local claimed = redis.call('XAUTOCLAIM', KEYS[1], ARGV[1], ARGV[2], ARGV[4], cursor,
+    'COUNT', tonumber(ARGV[3]) - #tokens)
+  cursor = claimed[1]
+  for _, entry in ipairs(claimed[2]) do table.insert(tokens, entry) end
+  if cursor == '0-0' or #tokens >= tonumber(ARGV[3]) then break end
+end
 local fresh = 0
 local want = tonumber(ARGV[3]) - #tokens
 if want > 0 then
@@ -105,7 +114,7 @@ if want > 0 then
     fresh = #got[1][2]
   end
 end
-return {claimed[1], redis.call('HGET', KEYS[2], 'inc') or '',
+return {cursor, redis.call('HGET', KEYS[2], 'inc') or '',
   resolve(KEYS[1], ARGV[1], ARGV[6], tokens, fresh)}
 """
 )
