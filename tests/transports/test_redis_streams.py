@@ -258,3 +258,12 @@ def test_hostile_messages_are_refused_or_carried_intact(
     )
     assert next(m for m in got if m.body == "none").attributes == {"k": "\udcff"}
     assert all(m.undecodable is None for m in got)
+
+
+def test_client_config_reaches_the_client(
+    make: Callable[..., RedisStreamsTransport],
+) -> None:
+    transport = make(client_config={"protocol": 3, "client_name": "ak-test"})
+    assert transport.client.client_getname() in ("ak-test", b"ak-test")
+    transport.send(QueueName.INPUT, QueueMessage(body="resp2", group_id="s"))
+    assert [m.body for m in fetch_all(transport.create_consumer(QueueName.INPUT), 1)] == ["resp2"]

@@ -231,3 +231,22 @@ def test_an_expired_lease_behind_many_live_ones_is_found_by_one_fetch(
         time.sleep(0.2)
     got = transport.create_consumer(QueueName.INPUT).fetch(1, 0.2)
     assert [(m.body, m.receive_count) for m in got] == [("late", 2)]
+
+
+def test_a_token_naming_no_session_is_not_taken_for_the_empty_one(
+    transport: RedisStreamsTransport,
+) -> None:
+    for body in ("first", "second"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id=""))
+    holder = transport.create_consumer(QueueName.INPUT)
+    assert [m.body for m in fetch_all(holder, 1)] == ["first"]
+    waiting = transport.create_consumer(QueueName.INPUT)
+    foreign = threading.Timer(
+        0.3, transport.client.xadd, (transport.queues[QueueName.INPUT].ready, {"x": "1"})
+    )
+    foreign.start()  # arrives while the waiting consumer blocks on the ready stream
+    try:
+        got = waiting.fetch(1, 1.5)
+    finally:
+        foreign.join(5)
+    assert got == []  # "second" waits for "first", whatever the foreign token says

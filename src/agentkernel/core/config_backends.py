@@ -227,7 +227,8 @@ class RedisQueueConfig(Block):
     )
     client_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra keyword arguments for redis.Redis.from_url (e.g. max_connections).",
+        description="Extra keyword arguments for redis.Redis.from_url (e.g. max_connections, "
+        "ssl_ca_certs); protocol is always 2.",
     )
 
 

@@ -82,9 +82,9 @@ class RedisStreamsConsumer(TransportConsumer):
             )
             if not got:
                 return []
-            pairs = [x for token, fields in got[0][1] for x in (token, fields.get(b"s", b""))]
+            triples = [x for token, fields in got[0][1] for x in _named(token, fields)]
             incarnation, resolved = self._scripts["RESOLVE"](
-                [*self._ready_meta], [self._group, self._keys.tag, *pairs]
+                [*self._ready_meta], [self._group, self._keys.tag, *triples]
             )
         messages = self._messages(incarnation, resolved)
         if self._closed.is_set():  # closed while this read was blocked: hand them back
@@ -180,3 +180,9 @@ class RedisStreamsConsumer(TransportConsumer):
             self._leave()
         except Exception:  # the leases run out instead
             logger.warning("consumer %s could not leave %s", self.name, self._keys.name)
+
+
+def _named(token: bytes, fields: dict[bytes, bytes]) -> tuple[bytes, str, bytes]:
+    """A token as RESOLVE takes it: its id, whether it names a session at all, the session."""
+    session = fields.get(b"s")
+    return token, "0" if session is None else "1", session or b""

@@ -120,12 +120,15 @@ return {cursor, redis.call('HGET', KEYS[2], 'inc') or '',
 )
 
 #: Tokens a blocking read delivered (as new: each was delivered once). KEYS: ready, meta.
-#: ARGV: group, tag, then token id and session pairs. Returns {incarnation, resolved tokens}.
+#: ARGV: group, tag, then per token its id, '1' if it names a session ('0': it names none, not
+#: even the empty one), the session. Returns {incarnation, resolved tokens}.
 RESOLVE = (
     _RESOLVE
     + """
 local tokens = {}
-for i = 3, #ARGV, 2 do table.insert(tokens, {ARGV[i], {'s', ARGV[i + 1]}}) end
+for i = 3, #ARGV, 3 do
+  table.insert(tokens, {ARGV[i], ARGV[i + 1] == '1' and {'s', ARGV[i + 2]} or {}})
+end
 return {redis.call('HGET', KEYS[2], 'inc') or '',
   resolve(KEYS[1], ARGV[1], ARGV[2], tokens, #tokens)}
 """

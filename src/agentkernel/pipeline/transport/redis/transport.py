@@ -165,6 +165,7 @@ def _client(settings: RedisQueueConfig) -> redis.Redis:
         "socket_timeout": settings.socket_timeout,
         "socket_connect_timeout": settings.socket_timeout,
         **settings.client_config,
+        "protocol": 2,  # the replies of scripts and stream reads are read in RESP2 shapes
     }
     try:
         return redis.Redis.from_url(settings.url, **options)
