@@ -267,3 +267,16 @@ def test_client_config_reaches_the_client(
     assert transport.client.client_getname() in ("ak-test", b"ak-test")
     transport.send(QueueName.INPUT, QueueMessage(body="resp2", group_id="s"))
     assert [m.body for m in fetch_all(transport.create_consumer(QueueName.INPUT), 1)] == ["resp2"]
+
+
+def test_any_consumer_of_the_queue_settles_a_delivery(
+    make: Callable[..., RedisStreamsTransport],
+) -> None:
+    transport = make()
+    for body in ("one", "two"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="s"))
+    fetcher, settler = (transport.create_consumer(QueueName.INPUT) for _ in range(2))
+    (one,) = fetch_all(fetcher, 1)
+    settler.extend_lease(one)
+    settler.ack(one)
+    assert [m.body for m in fetch_all(settler, 1)] == ["two"]

@@ -17,12 +17,14 @@ from agentkernel.pipeline.position import Position
 
 @dataclass(frozen=True, slots=True)
 class Handle:
-    """What settling a delivered message needs: its token, delivery and head entry."""
+    """What settling a delivered message needs: its token, the delivery (the group member it
+    went to and its count) and the session's head entry."""
 
     token: bytes
     count: int
     head: bytes
     session: bytes
+    consumer: str
 
 
 def encode_attributes(attributes: dict[str, str]) -> str:

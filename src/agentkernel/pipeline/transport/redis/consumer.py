@@ -109,7 +109,7 @@ class RedisStreamsConsumer(TransportConsumer):
                     session,
                 )
                 continue
-            handle = Handle(token, count, item[3], session)
+            handle = Handle(token, count, item[3], session, self.name)
             fields = dict(zip(item[4][0::2], item[4][1::2], strict=True))
             messages.append(decoded(self._keys.name, unit, handle, fields))
         return messages
@@ -149,7 +149,9 @@ class RedisStreamsConsumer(TransportConsumer):
             self._scripts["SET_IDLE"]([self._keys.ready], [*self._owner(handle), idle_ms])
 
     def _owner(self, handle: Handle) -> list[Any]:
-        return [self._group, self.name, handle.token, handle.count]
+        """Who must still hold the delivery: the member it went to, whichever consumer of the
+        queue settles it."""
+        return [self._group, handle.consumer, handle.token, handle.count]
 
     @staticmethod
     def _handle(message: QueueMessage) -> Handle:
