@@ -73,3 +73,38 @@ def test_kill_9_of_a_runner_redelivers_after_the_lease(redis_deployment: Deploym
     answer = result(d.poll("k", request_id))
     assert (answer["prompt"], answer["attempt"]) == ("survive", 2)
     assert d.runs() == [request_id, "1", request_id, "2"]
+
+
+def test_sigterm_of_a_runner_runs_every_accepted_turn_once(redis_url: str) -> None:
+    d = Deployment({})
+    d.env |= redis_env(redis_url, d.tag) | {"AK_EXECUTION__QUEUES__REDIS__ACK_WAIT": "30"}
+    try:
+        d.start_io()
+        leaving = d.runner()
+        d.runner()
+        warm = 0  # until the runner to be stopped has run a turn (its signal handlers are set)
+        while result(d.post(f"warm{warm}", "0"))["pid"] != leaving.pid:
+            assert warm < 100, "the first runner never took a turn"
+            warm += 1
+        sessions = [f"s{i}" for i in range(8)]
+        ids = {
+            (s, i): d.post(s, str(i), asynchronous=True, seconds=0.3).json()["request_id"]
+            for i in range(6)
+            for s in sessions
+        }
+        deadline = time.monotonic() + 20
+        while len(d.runs()) < 6 and time.monotonic() < deadline:
+            time.sleep(0.05)
+        leaving.send_signal(signal.SIGTERM)  # a rolling deploy: drain, then a new runner
+        assert leaving.wait(60) == 0
+        d.runner()
+        turns = {key: result(d.poll(key[0], rid, timeout=60)) for key, rid in ids.items()}
+        for s in sessions:
+            assert_in_order_and_exclusive([turns[(s, i)] for i in range(6)])
+        ran = [rid for rid in d.runs()[0::2] if rid in set(ids.values())]
+        assert sorted(ran) == sorted(ids.values())  # each turn ran once
+        attempts = {key: turn["attempt"] for key, turn in turns.items()}
+        assert set(attempts.values()) == {1}, attempts  # the drain ran what it held
+    finally:
+        d.close()
+        drop_keys(redis_url, f"e2e:{d.tag}:")
