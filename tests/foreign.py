@@ -105,9 +105,14 @@ def publish_redis(
         fields["a"], keeps = b"{not json", None
     elif kind == "attributes-types":
         fields["a"] = json.dumps({"request_id": request_id, "user_id": 7})
-    client, session = transport.client, keys.session(group.encode())
-    number = client.hincrby(keys.meta, "seq", 1)
-    client.xadd(session, fields, id=f"0-{number}")
-    if client.xlen(session) == 1:
-        client.xadd(keys.ready, {"s": group})
+    flat = [x for pair in fields.items() for x in pair]
+    transport.client.eval(_FOREIGN_ADD, 2, keys.session(group.encode()), keys.ready, group, *flat)
     return keeps
+
+
+#: Another client that knows the layout: the entry and, for a session that had none, its token,
+#: atomically (the transport may hand the session on meanwhile).
+_FOREIGN_ADD = """
+redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+if redis.call('XLEN', KEYS[1]) == 1 then redis.call('XADD', KEYS[2], '*', 's', ARGV[1]) end
+"""

@@ -22,10 +22,10 @@ copies the entry to the ``dlq`` stream with the reason. Each of these checks fir
 consumer still holds the delivery the handle names, so a stale handle does nothing. A closing
 consumer hands its tokens to a parking member, claimable at once, before it leaves the group.
 
-Positions (replay detection): entry ids are ``0-<n>`` with ``n`` from a per-queue counter, so
-they rise across all sessions of a queue even when a session's stream is deleted (once empty)
-and created again; the unit names the queue's incarnation, a random id stored beside the
-counter, new once the queue's keys are gone.
+Positions (replay detection): each message carries ``n`` from a per-queue counter, so numbers
+rise across all sessions of a queue even when a session's stream is deleted (once empty) and
+created again, and whatever entry ids another client wrote; the unit names the queue's
+incarnation, a random id stored beside the counter, new once the queue's keys are gone.
 
 Redis Cluster: every key of a queue carries the hash tag ``{<prefix><queue>}`` (see
 :mod:`.keys`), so each script touches one slot; one queue is served by one shard (tens of

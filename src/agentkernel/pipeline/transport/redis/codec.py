@@ -1,8 +1,9 @@
 """How a message is laid out in a session stream entry, and the message an entry stands for.
 
-An entry has the fields ``b`` (the body, UTF-8), ``a`` (the attributes, a JSON object of
-strings, ASCII-escaped so any string survives byte for byte), ``d`` (the dedup id, when
-given) and ``u`` (set when the message had no group: its session is a one-off).
+An entry has the fields ``n`` (the message's number in its queue, from the queue's counter:
+its position), ``b`` (the body, UTF-8), ``a`` (the attributes, a JSON object of strings,
+ASCII-escaped so any string survives byte for byte), ``d`` (the dedup id, when given) and
+``u`` (set when the message had no group: its session is a one-off).
 """
 
 from __future__ import annotations
@@ -31,10 +32,10 @@ def encode_attributes(attributes: dict[str, str]) -> str:
     return json.dumps(attributes, ensure_ascii=True, separators=(",", ":"))
 
 
-def entry_sequence(entry_id: bytes) -> int:
-    """The position of an entry id ``<ms>-<seq>`` (ours are ``0-<counter>``) as one integer."""
-    ms, _, seq = entry_id.partition(b"-")
-    return (int(ms) << 64) + int(seq or 0)
+def sequence(raw: bytes | None) -> int | None:
+    """The queue-wide number ``send`` gave a message (field ``n``); ``None`` for an entry
+    another client wrote without one."""
+    return int(raw) if raw is not None and raw.isdigit() else None
 
 
 def decoded(name: str, unit: str, handle: Handle, fields: dict[bytes, bytes]) -> QueueMessage:
@@ -47,15 +48,16 @@ def decoded(name: str, unit: str, handle: Handle, fields: dict[bytes, bytes]) ->
     group: str | None = None
     if b"u" not in fields:
         group = _text(handle.session, "session id", defects)
-    dedup = fields.get(b"d")
+    dedup, number = fields.get(b"d"), sequence(fields.get(b"n"))
+    entry = handle.head.decode("ascii", "replace")
     return QueueMessage(
         body=body,
         attributes=attributes,
         group_id=group,
         dedup_id=dedup.decode("utf-8", "replace") if dedup is not None else None,
         receive_count=handle.count,
-        message_id=f"{name}:{handle.head.decode('ascii', 'replace')}",
-        position=Position(unit, entry_sequence(handle.head)),
+        message_id=f"{name}:{number}" if number is not None else f"{name}:entry-{entry}",
+        position=Position(unit, number) if number is not None else None,
         undecodable="; ".join(defects) or None,
         native=handle,
     )

@@ -81,10 +81,10 @@ if ARGV[4] ~= '' and not redis.call('SET', KEYS[4], '1', 'NX', 'PX', ARGV[5]) th
 end
 local n = redis.call('HINCRBY', KEYS[2], 'seq', 1)
 if n == 1 then redis.call('HSET', KEYS[2], 'inc', ARGV[6]) end
-local fields = {'b', ARGV[2], 'a', ARGV[3]}
+local fields = {'n', n, 'b', ARGV[2], 'a', ARGV[3]}
 if ARGV[4] ~= '' then table.insert(fields, 'd'); table.insert(fields, ARGV[4]) end
 if ARGV[7] == '1' then table.insert(fields, 'u'); table.insert(fields, '1') end
-redis.call('XADD', KEYS[3], '0-' .. n, unpack(fields))
+redis.call('XADD', KEYS[3], '*', unpack(fields))
 if redis.call('XLEN', KEYS[3]) == 1 then redis.call('XADD', KEYS[1], '*', 's', ARGV[1]) end
 return n
 """

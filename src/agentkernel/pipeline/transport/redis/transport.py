@@ -132,7 +132,7 @@ class RedisStreamsTransport(QueueTransport):
         send_keys = [keys.ready, keys.meta, keys.session(raw_session), keys.dedup(dedup)]
         with stream_errors(f"send to {keys.name}"):
             number = self.scripts["SEND"](send_keys, args)
-        return None if number is None else f"{keys.name}:0-{int(number)}"
+        return None if number is None else f"{keys.name}:{int(number)}"
 
     # -- the rest of QueueTransport ------------------------------------------------------------
 
