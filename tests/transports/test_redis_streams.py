@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -280,3 +282,19 @@ def test_any_consumer_of_the_queue_settles_a_delivery(
     settler.extend_lease(one)
     settler.ack(one)
     assert [m.body for m in fetch_all(settler, 1)] == ["two"]
+
+
+def test_a_missing_redis_extra_is_named_with_the_install_command() -> None:
+    code = (
+        "import sys\n"
+        "sys.modules['redis'] = None  # as if redis-py were not installed\n"
+        "from agentkernel.pipeline.transport.base import QueueTransportFactory\n"
+        "try:\n"
+        "    QueueTransportFactory.create({'type': 'redis', 'redis': {}})\n"
+        "except ImportError as exc:\n"
+        "    print(exc)\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == (
+        "execution.queues.type: redis requires the 'redis' extra: pip install 'agentkernel[redis]'"
+    )
