@@ -246,8 +246,9 @@ def test_hostile_messages_are_refused_or_carried_intact(
     transport = make(max_message_bytes=1000)
     with pytest.raises(MessageRejectedError):
         transport.send(QueueName.INPUT, QueueMessage(body="x" * 1001))
-    with pytest.raises(MessageRejectedError):
-        transport.send(QueueName.INPUT, QueueMessage(body="\udcff"))
+    for bad in ({"body": "\udcff"}, {"group_id": "\udcff"}, {"dedup_id": "\ud800"}):
+        with pytest.raises(MessageRejectedError):
+            transport.send(QueueName.INPUT, QueueMessage.model_validate(bad))
     groups = ["", "{other}", "a:s:b", "*", "\n\x00", "日本", "-"]
     for group in groups:
         dedup = f"{{{group}}}\x00"

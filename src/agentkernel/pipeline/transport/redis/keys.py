@@ -47,5 +47,5 @@ class QueueKeys:
     def session(self, session: bytes) -> bytes:
         return f"{self.tag}:s:".encode() + session
 
-    def dedup(self, dedup_id: str) -> bytes:
-        return f"{self.tag}:d:".encode() + dedup_id.encode("utf-8", "surrogatepass")
+    def dedup(self, dedup_id: bytes) -> bytes:
+        return f"{self.tag}:d:".encode() + dedup_id

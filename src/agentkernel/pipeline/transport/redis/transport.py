@@ -106,33 +106,39 @@ class RedisStreamsTransport(QueueTransport):
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
         keys = self.queues[QueueName(queue)]
-        try:
-            body = message.body.encode()
-        except UnicodeEncodeError as exc:
-            raise MessageRejectedError(f"message body is not encodable as UTF-8: {exc}") from exc
-        if len(body) > self.settings.max_message_bytes:
-            raise MessageRejectedError(
-                f"message is {len(body)} bytes; {_KEY}.max_message_bytes is "
-                f"{self.settings.max_message_bytes}"
-            )
-        ungrouped = message.group_id is None
-        session = uuid.uuid4().hex if ungrouped else message.group_id
-        assert session is not None
-        raw_session = session.encode("utf-8", "surrogatepass")
-        dedup = message.dedup_id or ""
+        body, session, dedup = self._encoded(message)
         args = [
-            raw_session,
+            session,
             body,
             encode_attributes(message.attributes),
             dedup,
             max(int(self.settings.dedup_window * 1000), 1),
             f"{self._instance}-{time.time_ns()}",
-            "1" if ungrouped else "0",
+            "1" if message.group_id is None else "0",
         ]
-        send_keys = [keys.ready, keys.meta, keys.session(raw_session), keys.dedup(dedup)]
+        send_keys = [keys.ready, keys.meta, keys.session(session), keys.dedup(dedup)]
         with stream_errors(f"send to {keys.name}"):
             number = self.scripts["SEND"](send_keys, args)
         return None if number is None else f"{keys.name}:{int(number)}"
+
+    def _encoded(self, message: QueueMessage) -> tuple[bytes, bytes, bytes]:
+        """The body, session id (a one-off for a message without group) and dedup id as bytes.
+
+        Raises:
+            MessageRejectedError: one of them is not UTF-8 text, or the body is too large.
+        """
+        group = uuid.uuid4().hex if message.group_id is None else message.group_id
+        try:
+            body, session = message.body.encode(), group.encode()
+            dedup = (message.dedup_id or "").encode()
+        except UnicodeEncodeError as exc:
+            raise MessageRejectedError(f"message is not encodable as UTF-8: {exc}") from exc
+        if len(body) > self.settings.max_message_bytes:
+            raise MessageRejectedError(
+                f"message is {len(body)} bytes; {_KEY}.max_message_bytes is "
+                f"{self.settings.max_message_bytes}"
+            )
+        return body, session, dedup
 
     # -- the rest of QueueTransport ------------------------------------------------------------
 
