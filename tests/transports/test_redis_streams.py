@@ -255,6 +255,7 @@ def test_hostile_messages_are_refused_or_carried_intact(
         transport.send(QueueName.INPUT, QueueMessage(body=group, group_id=group, dedup_id=dedup))
     transport.send(QueueName.INPUT, QueueMessage(body="none", attributes={"k": "\udcff"}))
     consumer = transport.create_consumer(QueueName.INPUT)
+    assert consumer.fetch(0, 0.1) == [] and consumer.fetch(-1, -5.0) == []
     got = fetch_all(consumer, len(groups) + 1)
     assert sorted((m.body, m.group_id) for m in got) == sorted(
         [(g, g) for g in groups] + [("none", None)]

@@ -58,6 +58,8 @@ class RedisStreamsConsumer(TransportConsumer):
         deadline = time.monotonic() + max(wait_seconds, 0.0)
         while True:
             self._check_open()
+            if batch_size < 1:
+                return []
             got = self._claim_and_read(batch_size)
             left = deadline - time.monotonic()
             if got or left <= 0:
