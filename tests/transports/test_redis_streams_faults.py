@@ -250,3 +250,32 @@ def test_a_token_naming_no_session_is_not_taken_for_the_empty_one(
     finally:
         foreign.join(5)
     assert got == []  # "second" waits for "first", whatever the foreign token says
+
+
+# -- acks sent without waiting -------------------------------------------------------------------
+
+
+def test_acks_take_effect_before_the_acking_consumer_fetches_again(
+    transport: RedisStreamsTransport,
+) -> None:
+    for i in range(20):
+        for turn in ("a", "b"):
+            transport.send(QueueName.INPUT, QueueMessage(body=f"{turn}{i}", group_id=f"s{i}"))
+    acking = transport.create_consumer(QueueName.INPUT)
+    for message in fetch_all(acking, 20):
+        acking.ack(message)
+    other = transport.create_consumer(QueueName.INPUT)
+    got = fetch_all(other, 20)
+    assert sorted((m.body, m.receive_count) for m in got) == sorted((f"b{i}", 1) for i in range(20))
+
+
+def test_an_ack_whose_script_is_gone_is_sent_again(private_redis: PrivateRedis) -> None:
+    transport = RedisStreamsTransport(settings(private_redis.url))
+    for body in ("one", "two"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="s"))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    (one,) = fetch_all(consumer, 1)
+    transport.client.script_flush()  # as after a restart of a Redis that kept its data
+    consumer.ack(one)
+    assert [(m.body, m.receive_count) for m in fetch_all(consumer, 1)] == [("two", 1)]
+    transport.close()

@@ -15,7 +15,8 @@ new ones (``XREADGROUP``), then looks up each session's head, all in one script;
 there, it blocks on the ready stream in slices of at most ``block_slice`` seconds so that
 expired and nacked tokens, and a stop, are seen within one. The token's delivery counter is the
 head's exact ``receive_count``, since every head gets a fresh token. ``ack`` deletes the head
-and the token and adds a token for the next message of the session, if any; ``extend_lease``
+and the token and adds a token for the next message of the session, if any (sent without
+waiting for the answer, read before the next fetch: :mod:`.acks`); ``extend_lease``
 resets the token's idle time (``XCLAIM ... IDLE 0 JUSTID``, which counts no delivery); ``nack``
 makes it claimable at once, ``nack_later`` after a delay up to ``ack_wait``; ``dead_letter``
 copies the entry to the ``dlq`` stream with the reason. Each of these checks first that this

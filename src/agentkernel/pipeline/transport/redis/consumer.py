@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any
 from agentkernel.core.errors import TransportClosedError
 from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.redis.acks import PipelinedAcks
 from agentkernel.pipeline.transport.redis.codec import Handle, decoded
 from agentkernel.pipeline.transport.redis.errors import stream_errors
 
@@ -45,6 +46,7 @@ class RedisStreamsConsumer(TransportConsumer):
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._cursor = b"0-0"
         self._closed = threading.Event()
+        self._acks = PipelinedAcks(self._client, self._scripts["ACK"])
         with stream_errors(f"join of {keys.ready}"):
             self._client.xgroup_createconsumer(keys.ready, self._group, self.name)
 
@@ -60,6 +62,7 @@ class RedisStreamsConsumer(TransportConsumer):
             self._check_open()
             if batch_size < 1:
                 return []
+            self._acks.settle()  # the acks sent so far have run: their sessions are handed on
             got = self._claim_and_read(batch_size)
             left = deadline - time.monotonic()
             if got or left <= 0:
@@ -119,10 +122,11 @@ class RedisStreamsConsumer(TransportConsumer):
     # -- settling -------------------------------------------------------------------------------
 
     def ack(self, message: QueueMessage) -> None:
+        """Send the ack without waiting for Redis's answer (see :mod:`.acks`)."""
         handle = self._handle(message)
         keys = [self._keys.ready, self._keys.session(handle.session)]
-        with stream_errors(f"ack of {message.message_id}"):
-            self._scripts["ACK"](keys, [*self._owner(handle), handle.head, handle.session])
+        args = [*self._owner(handle), handle.head, handle.session]
+        self._acks.send(keys, args, f"ack of {message.message_id} on {self._keys.name}")
 
     def dead_letter(self, message: QueueMessage) -> None:
         handle = self._handle(message)
@@ -181,6 +185,7 @@ class RedisStreamsConsumer(TransportConsumer):
             return
         self._closed.set()
         try:
+            self._acks.close()
             self._leave()
         except Exception:  # the leases run out instead
             logger.warning("consumer %s could not leave %s", self.name, self._keys.name)
