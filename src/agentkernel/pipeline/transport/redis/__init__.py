@@ -19,8 +19,9 @@ and the token and adds a token for the next message of the session, if any (sent
 waiting for the answer, read before the next fetch: :mod:`.acks`); ``extend_lease``
 resets the token's idle time (``XCLAIM ... IDLE 0 JUSTID``, which counts no delivery); ``nack``
 makes it claimable at once, ``nack_later`` after a delay up to ``ack_wait``; ``dead_letter``
-copies the entry to the ``dlq`` stream with the reason. Each of these checks first that this
-consumer still holds the delivery the handle names, so a stale handle does nothing. A closing
+copies the entry to the ``dlq`` stream with the reason. Each of these checks first that the
+delivery the handle names is still the current one (the same group member, the same count), so
+a stale handle does nothing. A closing
 consumer hands its tokens to a parking member, claimable at once, before it leaves the group.
 
 Positions (replay detection): each message carries ``n`` from a per-queue counter, so numbers
