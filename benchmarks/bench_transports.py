@@ -6,12 +6,17 @@ the agentkernel transport. Reported as messages per second and the pipeline/raw 
 
   python benchmarks/bench_transports.py nats  [--url nats://127.0.0.1:4222] [-n 2000]
   python benchmarks/bench_transports.py kafka [-n 2000]        (starts a Tansu broker itself)
+  python benchmarks/bench_transports.py redis [--url redis://127.0.0.1:6379/0] [-n 2000]
+
+``--rounds R`` runs raw and ours back to back R times and reports medians (a shared machine's
+load drifts between runs).
 """
 
 from __future__ import annotations
 
 import argparse
 import asyncio
+import statistics
 import sys
 import time
 import uuid
@@ -172,6 +177,49 @@ def pipeline_kafka(bootstrap: str, n: int) -> tuple[float, float]:
     return pipeline_rates(KafkaTransport(settings), n)
 
 
+# -- Redis Streams ----------------------------------------------------------------------------
+
+
+def raw_redis(url: str, n: int) -> tuple[float, float]:
+    """XADD per message; XREADGROUP of 10, then one XACK per message (as the pipeline acks)."""
+    import redis
+
+    client = redis.Redis.from_url(url)
+    stream = f"bench:raw:{uuid.uuid4().hex[:8]}"
+    client.xgroup_create(stream, "raw", id="0", mkstream=True)
+
+    def publish() -> None:
+        for i in range(n):
+            client.xadd(stream, {"b": BODY, "s": f"s{i % SESSIONS}", "a": str(i)})
+
+    def consume() -> None:
+        done = 0
+        while done < n:
+            for _, entries in client.xreadgroup("raw", "c", {stream: ">"}, count=10, block=1000):
+                for entry_id, _ in entries:
+                    client.xack(stream, "raw", entry_id)
+                    done += 1
+
+    rates = n / timed(publish), n / timed(consume)
+    client.delete(stream)
+    client.close()
+    return rates
+
+
+def pipeline_redis(url: str, n: int) -> tuple[float, float]:
+    from agentkernel.core.config import RedisQueueConfig
+    from agentkernel.pipeline.transport.redis import RedisStreamsTransport
+
+    prefix = f"bench:{uuid.uuid4().hex[:8]}:"
+    transport = RedisStreamsTransport(RedisQueueConfig(url=url, prefix=prefix, auto_provision=True))
+    try:
+        return pipeline_rates(transport, n)
+    finally:
+        for key in transport.client.scan_iter(match="{" + prefix + "*"):
+            transport.client.delete(key)
+        transport.close()
+
+
 def start_tansu() -> tuple[Any, str]:
     sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
     from tests.servers import Tansu
@@ -182,24 +230,48 @@ def start_tansu() -> tuple[Any, str]:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("transport", choices=["nats", "kafka"])
+    parser.add_argument("transport", choices=["nats", "kafka", "redis"])
     parser.add_argument("-n", type=int, default=2000)
-    parser.add_argument("--url", default="nats://127.0.0.1:4222")
+    parser.add_argument("--url", help="server URL (default: NATS or Redis on 127.0.0.1)")
+    parser.add_argument(
+        "--rounds", type=int, default=1, help="alternate raw and ours this often; report medians"
+    )
     args = parser.parse_args()
     broker = None
     if args.transport == "nats":
-        raw, ours = raw_nats(args.url, args.n), pipeline_nats(args.url, args.n)
+        url = args.url or "nats://127.0.0.1:4222"
+        pair = (raw_nats, pipeline_nats)
+    elif args.transport == "redis":
+        url = args.url or "redis://127.0.0.1:6379/0"
+        pair = (raw_redis, pipeline_redis)
     else:
-        broker, bootstrap = start_tansu()
-        try:
-            raw, ours = raw_kafka(bootstrap, args.n), pipeline_kafka(bootstrap, args.n)
-        finally:
+        broker, url = start_tansu()
+        pair = (raw_kafka, pipeline_kafka)
+    try:
+        rounds = [(pair[0](url, args.n), pair[1](url, args.n)) for _ in range(args.rounds)]
+    finally:
+        if broker is not None:
             broker.stop()
-    print(f"## {args.transport}: {args.n} messages, {SESSIONS} sessions, one consumer")
+    report(args.transport, args.n, rounds)
+
+
+def report(
+    name: str, n: int, rounds: list[tuple[tuple[float, float], tuple[float, float]]]
+) -> None:
+    """One table: each figure the median over the rounds (ratios: median of per-round ratios,
+    since raw and ours ran back to back under the same load)."""
+
+    def med(values: list[float]) -> float:
+        return statistics.median(values)
+
+    raw = [med([r[0][i] for r in rounds]) for i in (0, 1)]
+    ours = [med([r[1][i] for r in rounds]) for i in (0, 1)]
+    ratio = [med([r[1][i] / r[0][i] for r in rounds]) for i in (0, 1)]
+    print(f"## {name}: {n} messages, {SESSIONS} sessions, one consumer, {len(rounds)} round(s)")
     print("| | publish msg/s | fetch+ack msg/s |\n|---|---|---|")
     print(f"| raw client | {raw[0]:.0f} | {raw[1]:.0f} |")
     print(f"| agentkernel transport | {ours[0]:.0f} | {ours[1]:.0f} |")
-    print(f"| ratio | {ours[0] / raw[0]:.2f} | {ours[1] / raw[1]:.2f} |")
+    print(f"| ratio | {ratio[0]:.2f} | {ratio[1]:.2f} |")
 
 
 if __name__ == "__main__":

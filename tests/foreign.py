@@ -15,6 +15,7 @@ from agentkernel.pipeline.transport.kafka import KafkaTransport
 from agentkernel.pipeline.transport.kafka.partitions import ATTR_PREFIX
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER
+from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.sqs import SQSTransport
 
 NOT_UTF8 = b"\xff\xfe\xc3("
@@ -82,3 +83,36 @@ def publish_sqs(
         },
     )
     return request_id
+
+
+REDIS_KINDS = ("body", "no-body", "attributes-json", "attributes-types")
+
+
+def publish_redis(
+    transport: RedisStreamsTransport, queue: QueueName, kind: str, group: str, request_id: str
+) -> str | None:
+    """Append an entry to the session's stream as another client would (with the token the
+    layout asks for when the session had none)."""
+    keys = transport.queues[queue]
+    attributes = json.dumps({"request_id": request_id})
+    fields: dict[str, bytes | str] = {"b": _turn(group), "a": attributes}
+    keeps: str | None = request_id
+    if kind == "body":
+        fields["b"] = NOT_UTF8
+    elif kind == "no-body":
+        del fields["b"]
+    elif kind == "attributes-json":
+        fields["a"], keeps = b"{not json", None
+    elif kind == "attributes-types":
+        fields["a"] = json.dumps({"request_id": request_id, "user_id": 7})
+    flat = [x for pair in fields.items() for x in pair]
+    transport.client.eval(_FOREIGN_ADD, 2, keys.session(group.encode()), keys.ready, group, *flat)
+    return keeps
+
+
+#: Another client that knows the layout: the entry and, for a session that had none, its token,
+#: atomically (the transport may hand the session on meanwhile).
+_FOREIGN_ADD = """
+redis.call('XADD', KEYS[1], '*', unpack(ARGV, 2))
+if redis.call('XLEN', KEYS[1]) == 1 then redis.call('XADD', KEYS[2], '*', 's', ARGV[1]) end
+"""

@@ -37,7 +37,7 @@ SESSIONS = 3
 TURNS = 4
 
 
-@pytest.fixture(params=["in_memory", "nats", "kafka", "sqs"])
+@pytest.fixture(params=["in_memory", "nats", "kafka", "sqs", "redis"])
 def broker(
     request: pytest.FixtureRequest,
 ) -> Iterator[tuple[QueueTransport, Publish, tuple[str, ...]]]:
@@ -60,6 +60,15 @@ def broker(
         bootstrap = request.getfixturevalue("tansu_broker").bootstrap
         transport = KafkaTransport(kafka_settings(bootstrap), InMemoryBookkeepingStore())
         yield transport, foreign.publish_kafka, foreign.KAFKA_KINDS  # type: ignore[misc]
+    elif kind == "redis":
+        from agentkernel.pipeline.transport.redis import RedisStreamsTransport
+        from tests.transports.test_redis_streams import drop_keys, settings
+
+        url = request.getfixturevalue("redis_url")
+        config = settings(url, ack_wait=30.0)
+        transport = RedisStreamsTransport(config)
+        yield transport, foreign.publish_redis, foreign.REDIS_KINDS  # type: ignore[misc]
+        drop_keys(url, config.prefix)
     else:
         request.getfixturevalue("aws")
         from tests.transports.test_sqs import fresh_transport

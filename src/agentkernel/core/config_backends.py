@@ -174,12 +174,70 @@ class KafkaQueueConfig(Block):
     )
 
 
+class RedisQueueConfig(Block):
+    """Redis Streams transport: one FIFO stream per session, dispatched through a consumer group."""
+
+    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL (redis:// or rediss://).")
+    prefix: str = Field(
+        "ak:q:",
+        description="Prefix of every key; a queue's keys share the hash tag '{<prefix>input}' "
+        "(or 'output'), so each queue lives in one Redis Cluster slot.",
+    )
+    group: str = Field("agentkernel", description="Consumer group of both queues' ready streams.")
+    ack_wait: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a delivered message stays leased (extended while the turn runs); "
+        "after it, any consumer claims it again (XAUTOCLAIM), so a crashed runner holds its "
+        "sessions for at most this long.",
+    )
+    dedup_window: float = Field(
+        300.0, gt=0, description="Seconds a dedup_id is remembered; a second send is dropped."
+    )
+    block_slice: float = Field(
+        1.0,
+        gt=0,
+        le=5.0,
+        description="Longest single blocking read, in seconds: a fetch looks for expired and "
+        "nacked messages between slices, and notices that it is stopped within one.",
+    )
+    max_message_bytes: int = Field(
+        1_048_576, ge=1, description="Largest body accepted by send; larger ones are refused."
+    )
+    dlq_max_length: int = Field(
+        100_000,
+        ge=1,
+        description="Dead letters kept per queue in '<tag>:dlq' (approximate trim, oldest first).",
+    )
+    socket_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds to connect and to wait for an answer; an unreachable Redis fails "
+        "a call within it. Must exceed block_slice.",
+    )
+    allow_eviction: bool = Field(
+        False,
+        description="Run on a server whose maxmemory-policy may evict keys (an evicted key "
+        "loses queued messages). Off, such a server is refused at start-up; on, warned about.",
+    )
+    auto_provision: bool = Field(
+        False,
+        description="Create missing ready streams and consumer groups (development). When false "
+        "a missing one fails start-up with an error naming it and the command that creates it.",
+    )
+    client_config: dict[str, Any] = Field(
+        default_factory=dict,
+        description="Extra keyword arguments for redis.Redis.from_url (e.g. max_connections, "
+        "ssl_ca_certs); protocol is always 2.",
+    )
+
+
 class QueuesConfig(Block):
     """``execution.queues``: which broker carries the INPUT and OUTPUT queues, and how."""
 
     type: str = Field(
         "in_memory",
-        description="Transport: in_memory, sqs, nats, kafka, or a dotted path to a "
+        description="Transport: in_memory, sqs, nats, kafka, redis, or a dotted path to a "
         "QueueTransport subclass.",
     )
     input: InputQueueSettings = Field(
@@ -195,6 +253,7 @@ class QueuesConfig(Block):
     sqs: SQSQueueConfig | None = Field(None, description="SQS transport settings.")
     nats: NatsQueueConfig | None = Field(None, description="NATS JetStream transport settings.")
     kafka: KafkaQueueConfig | None = Field(None, description="Kafka transport settings.")
+    redis: RedisQueueConfig | None = Field(None, description="Redis Streams transport settings.")
 
 
 class RedisStoreConfig(Block):
