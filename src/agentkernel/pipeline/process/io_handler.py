@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable
@@ -54,6 +55,7 @@ from agentkernel.pipeline.process.shutdown import (
     ShutdownOrder,
     shutdown_budget,
 )
+from agentkernel.pipeline.process.startup import check_backends
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
@@ -124,6 +126,7 @@ class IOHandler:
             )
         )
         self._stopped = threading.Event()
+        self._sockets: list[socket.socket] | None = None
         self._http_done = threading.Event()
         METRICS.add_collector(self._sample_depth)
 
@@ -164,11 +167,30 @@ class IOHandler:
         The CLI sets both (:meth:`AKConfig.set`, the registry the agents registered in).
         """
         handler = cls(AKConfig.get(), AgentRegistry.default(), with_runner=with_runner)
+        handler.check_startup()
         ThreadRunner.install_signal_handlers()
         handler.serve()
 
-    def serve(self, exit_on_shutdown: bool = True) -> None:
-        """Run every part until shutdown; blocks."""
+    def check_startup(self) -> None:
+        """Fail before serving when a queue or store of this process is missing or unreachable.
+
+        Raises:
+            AKConfigError: a queue or table does not exist.
+            TransportError, StoreError: the broker or a store cannot be reached.
+        """
+        check_backends(self.transport, (QueueName.INPUT, QueueName.OUTPUT), self.api.stores)
+
+    def serve(
+        self, exit_on_shutdown: bool = True, sockets: list[socket.socket] | None = None
+    ) -> None:
+        """Run every part until shutdown; blocks.
+
+        Args:
+            exit_on_shutdown: exit the process once the shutdown order has run.
+            sockets: listen on these already bound sockets instead of ``api.host:api.port``
+                (``serve --reload``, whose parent process binds the port once).
+        """
+        self._sockets = sockets
         if self.runner_loop is not None and not self.registry.agents():
             logger.warning("the embedded runner has no agents; every turn will be answered 404")
         tasks = [
@@ -211,7 +233,7 @@ class IOHandler:
             StallWatchdog(
                 asyncio.get_running_loop(), threading.current_thread(), stall_warning
             ).start()
-        await self.server.serve()
+        await self.server.serve(sockets=self._sockets)
 
     def stop(self) -> None:
         """Stop this handler without touching the process-wide shutdown state (tests)."""
