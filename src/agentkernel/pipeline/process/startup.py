@@ -11,11 +11,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 
+from agentkernel.core.errors import StoreError
 from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.readiness import CheckedStore
 from agentkernel.pipeline.transport.base import QueueTransport
 
 __all__ = ["check_backends"]
+
+#: The configuration block of each store, by its name in ``/ready``.
+_KEYS = {"response_store": "execution.response_store", "session_store": "session"}
 
 
 def check_backends(
@@ -31,5 +35,8 @@ def check_backends(
         StoreError: a store cannot be reached or refuses work.
     """
     transport.check_queues(queues)
-    for store in stores.values():
-        store.ping()
+    for name, store in stores.items():
+        try:
+            store.ping()
+        except StoreError as exc:  # the same error, saying which store it is about
+            raise type(exc)(f"{_KEYS.get(name, name)}: {exc}") from exc
