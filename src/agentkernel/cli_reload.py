@@ -46,7 +46,6 @@ def serve_reloading(argv: list[str], config: AKConfig, agents: str) -> None:
         port=config.api.port,
         reload=True,
         reload_dirs=sorted({str(folder) for folder in folders}),
-        reload_includes=["*.py", "*.yaml", "*.yml"],
         log_config=None,
     )
     sockets = [settings.bind_socket()]

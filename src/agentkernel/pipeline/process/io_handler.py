@@ -41,6 +41,7 @@ from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.http.listener import accept_new_connections
 from agentkernel.pipeline.http.server_limits import server_options
 from agentkernel.pipeline.process.event_loop import StallWatchdog
 from agentkernel.pipeline.process.metrics import METRICS
@@ -191,6 +192,8 @@ class IOHandler:
                 (``serve --reload``, whose parent process binds the port once).
         """
         self._sockets = sockets
+        for sock in sockets or ():
+            accept_new_connections(sock)  # the process before this one stopped taking them
         if self.runner_loop is not None and not self.registry.agents():
             logger.warning("the embedded runner has no agents; every turn will be answered 404")
         tasks = [
