@@ -108,5 +108,6 @@ class ECSIOHandler(IOHandler):
             )
         AKConfig.set(config)
         handler = cls(config, AgentRegistry.default(), with_runner=with_runner)
+        handler.check_startup()
         ThreadRunner.install_signal_handlers()
         handler.serve()
