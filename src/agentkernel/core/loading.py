@@ -14,6 +14,7 @@ a process that loaded the wrong one would only answer 404.
 from __future__ import annotations
 
 import importlib
+import os
 import runpy
 import sys
 from pathlib import Path
@@ -39,7 +40,7 @@ def importable(file: Path | None = None) -> None:
 
 def is_agents_file(spec: str) -> bool:
     """Whether ``spec`` names a file (``agents.py``, ``app/run.py``) rather than a module."""
-    return spec.endswith(".py") or Path(spec).is_file()
+    return spec.endswith(".py") or "/" in spec or os.sep in spec or Path(spec).is_file()
 
 
 def load_agents(spec: str, registry: AgentRegistry | None = None) -> None:
@@ -62,8 +63,10 @@ def load_agents(spec: str, registry: AgentRegistry | None = None) -> None:
 
 def _load_file(spec: str) -> str:
     path = Path(spec)
+    if path.is_dir():
+        raise IsADirectoryError(f"{spec!r} is a folder: name the .py file that creates the Module")
     if not path.is_file():
-        raise FileNotFoundError(f"no such file {str(path)!r} in {Path.cwd()}")
+        raise FileNotFoundError(f"no such file {spec!r} in {Path.cwd()}")
     importable(path)
     runpy.run_path(str(path), run_name="__agentkernel_agents__")
     return str(path)
@@ -105,12 +108,9 @@ def _registers_nothing(spec: str, origin: str) -> str:
             "OpenAIModule or LangGraphModule) when the file runs; see docs/agents.md"
         )
     module_name = spec.partition(":")[0]
-    local = [p for p in (f"{module_name}.py", module_name) if Path(p).exists()]
-    hint = (
-        f"; it is not ./{local[0]}"
-        if local
-        else f"; there is no ./{module_name}.py or ./{module_name}/ in {Path.cwd()}"
-    )
+    top = module_name.split(".")[0]
+    local = Path(f"{top}.py").exists() or Path(top).is_dir()
+    hint = "" if local else f"; there is no ./{top}.py or ./{top}/ in {Path.cwd()}"
     return (
         f"module {module_name!r} ({origin}) registers no agents{hint}; name your agents file "
         "(agentkernel serve path/to/agents.py) or a module of this folder that creates a Module"
