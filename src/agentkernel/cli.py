@@ -132,8 +132,7 @@ _SHARED_KINDS = {
     "a session store": "redis, dynamodb",
 }
 _WHY_SHARED = {
-    "a broker": "an IO process on them would wait forever for a runner that can never see "
-    "its turns",
+    "a broker": "the IO process and the runners would never see each other's messages",
     "a response store": "a reply stored by one IO process could not be read through another, "
     "and a restart would lose the replies",
     "a session store": "two runners would each keep their own state of a session, and a "
