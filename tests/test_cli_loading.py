@@ -4,6 +4,7 @@ agents.py`` would: the file's folder and the working folder are importable."""
 from __future__ import annotations
 
 import importlib.util
+import uuid
 from pathlib import Path
 
 import httpx
@@ -11,6 +12,7 @@ import pytest
 
 from tests.cli_helpers import (
     ECHO_AGENT,
+    clean_env,
     free_port,
     one_line_error,
     run,
@@ -99,3 +101,41 @@ def test_a_missing_file_or_module_is_one_line(tmp_path: Path) -> None:
     (tmp_path / "attrs.py").write_text("x = 3\n")
     one_line_error(run("serve", "attrs:x", cwd=tmp_path), "is not an Agent")
     one_line_error(run("serve", "attrs:missing", cwd=tmp_path), "missing")
+
+
+@pytest.mark.nats
+@pytest.mark.redis
+def test_an_io_process_resolves_dotted_paths_of_the_working_folder(
+    tmp_path: Path, nats_url: str, redis_url: str
+) -> None:
+    (tmp_path / "my_auth.py").write_text(
+        "from agentkernel.auth import AuthValidator, ValidationResult\n"
+        "class Door(AuthValidator):\n"
+        "    def validate(self, token):\n"
+        "        return ValidationResult(token == 'open', {'sub': 'u'}, 'closed')\n"
+    )
+    tag = uuid.uuid4().hex[:8].upper()
+    port = free_port()
+    env = clean_env(
+        AK_API__AUTH__ENABLED="true",
+        AK_API__AUTH__VALIDATOR="my_auth.Door",
+        AK_EXECUTION__QUEUES__TYPE="nats",
+        AK_EXECUTION__QUEUES__NATS__URL=nats_url,
+        AK_EXECUTION__QUEUES__NATS__INPUT_STREAM=f"LOAD_IN_{tag}",
+        AK_EXECUTION__QUEUES__NATS__INPUT_SUBJECT_PREFIX=f"load{tag}.in",
+        AK_EXECUTION__QUEUES__NATS__OUTPUT_STREAM=f"LOAD_OUT_{tag}",
+        AK_EXECUTION__QUEUES__NATS__OUTPUT_SUBJECT_PREFIX=f"load{tag}.out",
+        AK_EXECUTION__QUEUES__NATS__AUTO_PROVISION="true",
+        AK_EXECUTION__RESPONSE_STORE__TYPE="redis",
+        AK_EXECUTION__RESPONSE_STORE__REDIS__URL=redis_url,
+        AK_EXECUTION__RESPONSE_STORE__REDIS__PREFIX=f"load:{tag}:",
+    )
+    url = f"http://127.0.0.1:{port}"
+    proc = start(["io", "--port", str(port)], tmp_path, env)  # before: cannot import 'my_auth'
+    try:
+        wait_healthy(url, proc)
+        agents = f"{url}/api/v1/agents"
+        assert httpx.get(agents, headers={"Authorization": "Bearer open"}).status_code == 200
+        assert httpx.get(agents, headers={"Authorization": "Bearer shut"}).status_code == 401
+    finally:
+        stop(proc)

@@ -24,7 +24,7 @@ from agentkernel import __version__
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError, StoreError, TransportError
-from agentkernel.core.loading import load_agents
+from agentkernel.core.loading import importable, load_agents
 from agentkernel.core.redact import PrintableFilter
 
 if TYPE_CHECKING:
@@ -61,8 +61,10 @@ def _configure(args: argparse.Namespace) -> AKConfig:
     """The process's configuration: the file and environment, then the command-line flags.
 
     It is also published as the process-wide one (:meth:`AKConfig.set`) for agent code that
-    reads ``AKConfig.get()``; the components get it passed in.
+    reads ``AKConfig.get()``; the components get it passed in. The working folder becomes
+    importable first, for the dotted paths it names (an auth validator, a custom transport).
     """
+    importable()
     config = AKConfig.load(getattr(args, "config", None))
     api = config.api.model_copy(
         update={
