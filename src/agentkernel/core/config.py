@@ -54,7 +54,7 @@ from agentkernel.core.config_backends import (
     SQSQueueConfig,
     check_kind,
 )
-from agentkernel.core.config_env import unparsable_variables, variable_for
+from agentkernel.core.config_env import describe_unparsable, variable_for
 from agentkernel.core.config_kafka import share_bookkeeping
 from agentkernel.core.config_limits import LimitsConfig
 from agentkernel.core.config_rules import check_reply_ttl
@@ -326,7 +326,7 @@ class AKConfig(BaseSettings):
         except ValidationError as exc:
             raise AKConfigError(_describe(exc)) from exc
         except SettingsError as exc:  # an AK_ variable that should hold JSON does not
-            raise AKConfigError(_describe_unparsable(exc)) from exc
+            raise AKConfigError(describe_unparsable(AKConfig, exc)) from exc
         except (ValueError, OSError, yaml.YAMLError) as exc:  # unreadable YAML
             raise AKConfigError(f"{yaml_path}: cannot read configuration: {exc}") from exc
         finally:
@@ -367,16 +367,6 @@ def _check_top_level(path: Path) -> None:
         raise AKConfigError(
             f"{path}: the top level must be a mapping of sections ({sections}), not a {kind}"
         )
-
-
-def _describe_unparsable(exc: SettingsError) -> str:
-    names = unparsable_variables(AKConfig)
-    if not names:
-        return f"invalid configuration: {exc}"
-    return (
-        f"invalid configuration: {', '.join(names)}: a variable that sets a whole block must "
-        "hold JSON (for one key, name it with __: AK_EXECUTION__QUEUES__TYPE=nats)"
-    )
 
 
 def _describe(exc: ValidationError) -> str:

@@ -46,6 +46,17 @@ def unparsable_variables(root: type[BaseModel]) -> list[str]:
     return found
 
 
+def describe_unparsable(root: type[BaseModel], exc: Exception) -> str:
+    """The message for pydantic-settings' error about a variable it could not parse as JSON."""
+    names = unparsable_variables(root)
+    if not names:
+        return f"invalid configuration: {exc}"
+    return (
+        f"invalid configuration: {', '.join(names)}: a variable that sets a whole block must "
+        "hold JSON (for one key, name it with __: AK_EXECUTION__QUEUES__TYPE=nats)"
+    )
+
+
 def _is_block(model: type[BaseModel], path: list[str]) -> bool:
     """Whether ``path`` names a field of ``model`` whose value is a block, mapping or list."""
     annotation: object = model
