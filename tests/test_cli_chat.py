@@ -88,3 +88,16 @@ def test_a_refused_connection_names_the_url(tmp_path: Path) -> None:
         )
         assert done.returncode == 1
         assert f"cannot reach the server at {url}: " in error_line(done.stderr)
+
+
+@pytest.mark.parametrize(
+    "bad", ["not a url", "ftp://x", "http://[::1", "http://", "http://h:99999"]
+)
+def test_a_malformed_server_url_is_a_usage_error(tmp_path: Path, bad: str) -> None:
+    for args, env in (
+        (("--url", bad), clean_env()),
+        ((), clean_env(AGENTKERNEL_URL=bad)),
+    ):
+        done = run("chat", "--session", "s", *args, "hi", cwd=tmp_path, env=env)
+        assert done.returncode == 2 and "Traceback" not in done.stderr, done.stderr
+        assert f"{bad!r} is not a server URL" in done.stderr

@@ -244,6 +244,26 @@ def _port(text: str) -> int:
     return port
 
 
+def _server_url(text: str) -> str:
+    """``--url`` (also applied to its default, ``$AGENTKERNEL_URL``): an http(s) base URL."""
+    import httpx
+
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError):
+        url = None
+    if (
+        url is None
+        or url.scheme not in ("http", "https")
+        or not url.host
+        or not 0 < (url.port or 80) < 65536
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a server URL like {DEFAULT_URL} (from --url or ${URL_ENV})"
+        )
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentkernel", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"agentkernel {__version__}")
@@ -280,6 +300,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument(
         "--url",
         default=os.environ.get(URL_ENV) or DEFAULT_URL,
+        type=_server_url,
         help=f"server base URL (default ${URL_ENV}, else {DEFAULT_URL})",
     )
     chat.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
