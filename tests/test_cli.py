@@ -236,6 +236,9 @@ def nats_env(tag: str, redis_url: str) -> dict[str, str]:
         "AK_EXECUTION__RESPONSE_STORE__TYPE": "redis",
         "AK_EXECUTION__RESPONSE_STORE__REDIS__URL": redis_url,
         "AK_EXECUTION__RESPONSE_STORE__REDIS__PREFIX": f"cli:{tag}:",
+        "AK_SESSION__TYPE": "redis",
+        "AK_SESSION__REDIS__URL": redis_url,
+        "AK_SESSION__REDIS__PREFIX": f"cli:{tag}:session:",
         "AK_API__SHUTDOWN_TIMEOUT": "1",
     }
 

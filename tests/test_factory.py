@@ -77,7 +77,7 @@ def test_a_malformed_block_is_a_config_error() -> None:
 
 
 def test_explicit_block_is_used_instead_of_akconfig(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setenv("AK_EXECUTION__QUEUES__TYPE", "rabbitmq")
+    monkeypatch.setenv("AK_EXECUTION__QUEUES__TYPE", "my_pkg.Transport")
     AKConfig.reset()
     assert QueueTransportFactory.resolve_type({"type": "in_memory"}) == "in_memory"
-    assert QueueTransportFactory.resolve_type() == "rabbitmq"
+    assert QueueTransportFactory.resolve_type() == "my_pkg.Transport"

@@ -13,55 +13,58 @@ from __future__ import annotations
 
 import argparse
 import errno
-import importlib
 import logging
 import os
-import runpy
 import socket
 import sys
-from pathlib import Path
-from typing import Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, TypeVar
 
 from agentkernel import __version__
-from agentkernel.core.agent import Agent, AgentRegistry, Module
+from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
-from agentkernel.core.errors import AKConfigError
+from agentkernel.core.errors import AKConfigError, StoreError, TransportError
+from agentkernel.core.loading import importable, load_agents
 from agentkernel.core.redact import PrintableFilter
 
+if TYPE_CHECKING:
+    from agentkernel.pipeline.agent_runner import AgentRunner
+    from agentkernel.pipeline.process.io_handler import IOHandler
 
-def load_agents(spec: str) -> None:
-    """Import the agents named by ``spec`` (a file path or ``module[:attr]``).
+__all__ = ["StartupError", "build_parser", "load_agents", "main"]
 
-    Raises:
-        AKConfigError: the file or module cannot be loaded.
+_T = TypeVar("_T")
+
+#: The variable ``agentkernel chat`` reads the server's URL from when ``--url`` is not given.
+URL_ENV = "AGENTKERNEL_URL"
+DEFAULT_URL = "http://127.0.0.1:8000"
+
+
+class StartupError(Exception):
+    """A process could not start: a broker or store unreachable, a missing extra. Printed as
+    one line with exit status 2, like an :class:`AKConfigError`."""
+
+
+def _started(build: Callable[[], _T]) -> _T:
+    """Run one start-up step, turning what makes it fail for good into a :class:`StartupError`.
+
+    Before anything is served a broker or store that cannot be reached is an operator's
+    problem to fix, not a traceback to read; later, the same errors are retried.
     """
     try:
-        if spec.endswith(".py") or Path(spec).is_file():
-            runpy.run_path(spec, run_name="__agentkernel_agents__")
-            return
-        module_name, _, attr = spec.partition(":")
-        module = importlib.import_module(module_name)
-        if attr:
-            _register(getattr(module, attr))
-    except (OSError, ImportError, AttributeError, SyntaxError, ValueError, TypeError) as exc:
-        raise AKConfigError(f"cannot load agents from {spec!r}: {exc}") from exc
-
-
-def _register(obj: Any) -> None:
-    if isinstance(obj, Agent):
-        Module([obj])
-    elif isinstance(obj, (list, tuple)) and all(isinstance(a, Agent) for a in obj):
-        Module(obj)
-    elif not isinstance(obj, Module):
-        raise AttributeError(f"{obj!r} is not an Agent, a list of agents or a Module")
+        return build()
+    except (TransportError, StoreError, ImportError) as exc:
+        raise StartupError(str(exc)) from exc
 
 
 def _configure(args: argparse.Namespace) -> AKConfig:
     """The process's configuration: the file and environment, then the command-line flags.
 
     It is also published as the process-wide one (:meth:`AKConfig.set`) for agent code that
-    reads ``AKConfig.get()``; the components get it passed in.
+    reads ``AKConfig.get()``; the components get it passed in. The working folder becomes
+    importable first, for the dotted paths it names (an auth validator, a custom transport).
     """
+    importable()
     config = AKConfig.load(getattr(args, "config", None))
     api = config.api.model_copy(
         update={
@@ -80,31 +83,73 @@ def _configure(args: argparse.Namespace) -> AKConfig:
     return config
 
 
-def _serve(args: argparse.Namespace, with_runner: bool) -> None:
-    from agentkernel.pipeline.process.io_handler import IOHandler
+def _serve(
+    args: argparse.Namespace, with_runner: bool, sockets: list[socket.socket] | None = None
+) -> None:
+    """``serve`` and ``io``; ``sockets``: already bound by a reloading parent (``--reload``)."""
     from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
     config = _configure(args)
-    if not with_runner:
-        _need_a_broker("io", config)
-    _check_port(config.api.host, config.api.port)
+    command = "serve" if with_runner else "io"
+    _split_process(command, config)
+    if sockets is None:
+        _check_port(config.api.host, config.api.port)
+    if getattr(args, "reload", False):
+        from agentkernel.cli_reload import serve_reloading
+
+        serve_reloading(sys.argv[1:] if args.argv is None else args.argv, config, args.agents)
+        return
     if with_runner:
         load_agents(args.agents)
-    _summary(args.command, config)
-    handler = IOHandler(config, AgentRegistry.default(), with_runner=with_runner)
+    handler = _started(lambda: _io_handler(config, with_runner))
+    _summary(command, config)
     ThreadRunner.install_signal_handlers()
-    handler.serve()
+    handler.serve(sockets=sockets)
 
 
-def _need_a_broker(command: str, config: AKConfig) -> None:
-    """The split topology needs a broker both processes reach; in-memory queues are per process,
-    so an IO process on them would wait forever for a runner that can never see its turns."""
-    if config.execution.queues.type == "in_memory":
-        raise AKConfigError(
-            f"execution.queues.type: 'agentkernel {command}' needs a broker shared with the other "
-            "processes (sqs, nats, kafka), but it is in_memory; set it (see "
-            "docs/walkthrough-split.md), or run everything in one process with 'agentkernel serve'"
-        )
+def _io_handler(config: AKConfig, with_runner: bool) -> IOHandler:
+    from agentkernel.pipeline.process.io_handler import IOHandler
+
+    handler = IOHandler(config, AgentRegistry.default(), with_runner=with_runner)
+    handler.check_startup()
+    return handler
+
+
+def _split_process(command: str, config: AKConfig) -> None:
+    """``io`` and ``runner`` share their queues and stores with other processes: refuse the
+    per-process in-memory ones, which the other processes (or this one restarted) cannot see."""
+    if command == "serve":
+        return
+    _need_shared(command, "execution.queues.type", config.execution.queues.type, "a broker")
+    if command == "io":
+        kind = config.execution.response_store.type
+        _need_shared(command, "execution.response_store.type", kind, "a response store")
+    else:
+        _need_shared(command, "session.type", config.session.type, "a session store")
+
+
+_SHARED_KINDS = {
+    "a broker": "sqs, nats, kafka",
+    "a response store": "redis, dynamodb",
+    "a session store": "redis, dynamodb",
+}
+_WHY_SHARED = {
+    "a broker": "the IO process and the runners would never see each other's messages",
+    "a response store": "a reply stored by one IO process could not be read through another, "
+    "and a restart would lose the replies",
+    "a session store": "two runners would each keep their own state of a session, and a "
+    "restart would lose it",
+}
+
+
+def _need_shared(command: str, key: str, kind: str, what: str) -> None:
+    if kind != "in_memory":
+        return
+    raise AKConfigError(
+        f"{key}: 'agentkernel {command}' needs {what} shared with the other processes "
+        f"({_SHARED_KINDS[what]}), but it is in_memory: {_WHY_SHARED[what]}; set it (see "
+        "docs/walkthrough-split.md), or run everything in one process with 'agentkernel serve'"
+    )
 
 
 def _check_port(host: str, port: int) -> None:
@@ -143,16 +188,25 @@ def _summary(command: str, config: AKConfig) -> None:
 
 
 def _runner(args: argparse.Namespace) -> None:
-    from agentkernel.pipeline.agent_runner import AgentRunner
     from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
     config = _configure(args)
-    _need_a_broker("runner", config)
+    _split_process("runner", config)
     load_agents(args.agents)
+    runner = _started(lambda: _agent_runner(config))
     _summary("runner", config)
-    runner = AgentRunner(config, AgentRegistry.default())
     ThreadRunner.install_signal_handlers()
     runner.serve()
+
+
+def _agent_runner(config: AKConfig) -> AgentRunner:
+    from agentkernel.pipeline.agent_runner import AgentRunner
+    from agentkernel.pipeline.envelope import QueueName
+    from agentkernel.pipeline.process.startup import check_backends
+
+    runner = AgentRunner(config, AgentRegistry.default())
+    check_backends(runner.transport, (QueueName.INPUT,), {"session_store": runner.sessions})
+    return runner
 
 
 def _chat(args: argparse.Namespace) -> int:
@@ -190,6 +244,26 @@ def _port(text: str) -> int:
     return port
 
 
+def _server_url(text: str) -> str:
+    """``--url`` (also applied to its default, ``$AGENTKERNEL_URL``): an http(s) base URL."""
+    import httpx
+
+    try:
+        url = httpx.URL(text)
+    except (httpx.InvalidURL, TypeError):
+        url = None
+    if (
+        url is None
+        or url.scheme not in ("http", "https")
+        or not url.host
+        or not 0 < (url.port or 80) < 65536
+    ):
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a server URL like {DEFAULT_URL} (from --url or ${URL_ENV})"
+        )
+    return text
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentkernel", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"agentkernel {__version__}")
@@ -211,13 +285,24 @@ def build_parser() -> argparse.ArgumentParser:
                 help="log one line per request (api.access_log)",
             )
         cmd.add_argument("--config", help="config.yaml to read (default ./config.yaml)")
+        if name == "serve":
+            cmd.add_argument(
+                "--reload",
+                action="store_true",
+                help="development: restart when a file of the working folder changes",
+            )
     chat = sub.add_parser("chat", help="send a chat turn (or, without PROMPT, chat line by line)")
     chat.add_argument("prompt", nargs="?", help="the message; omit it for an interactive session")
     chat.add_argument("--session", required=True, help="session id")
     chat.add_argument("--agent", help="agent name")
     chat.add_argument("--async", dest="use_async", action="store_true", help="enqueue, then poll")
     chat.add_argument("--stream", action="store_true", help="print the reply as it is produced")
-    chat.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
+    chat.add_argument(
+        "--url",
+        default=os.environ.get(URL_ENV) or DEFAULT_URL,
+        type=_server_url,
+        help=f"server base URL (default ${URL_ENV}, else {DEFAULT_URL})",
+    )
     chat.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
     chat.add_argument(
         "--api-key",
@@ -235,23 +320,45 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
+    args.argv = argv
+    _setup_logging()
+    try:
+        return _dispatch(args)
+    except (AKConfigError, StartupError) as exc:
+        print(f"agentkernel: {exc}", file=sys.stderr)
+        return 2
+
+
+def _setup_logging() -> None:
     logging.basicConfig(
         level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
     )
     logging.getLogger("httpx").setLevel(logging.WARNING)
     for log_handler in logging.getLogger().handlers:  # one record, one line
         log_handler.addFilter(PrintableFilter())
-    try:
-        if args.command == "chat":
-            return _chat(args)
-        if args.command == "runner":
-            _runner(args)
-        else:
-            _serve(args, with_runner=args.command == "serve")
-    except AKConfigError as exc:
-        print(f"agentkernel: {exc}", file=sys.stderr)
-        return 2
+
+
+def _dispatch(args: argparse.Namespace, sockets: list[socket.socket] | None = None) -> int:
+    if args.command == "chat":
+        return _chat(args)
+    if args.command == "runner":
+        _runner(args)
+    else:
+        _serve(args, with_runner=args.command == "serve", sockets=sockets)
     return 0
+
+
+def reloaded_child(argv: list[str], sockets: list[socket.socket]) -> None:
+    """The server process ``serve --reload`` starts (again after each change), on ``sockets``
+    its parent bound; ``argv`` is the command line without ``--reload``."""
+    args = build_parser().parse_args(argv)
+    args.argv = argv
+    _setup_logging()
+    try:
+        _dispatch(args, sockets)
+    except (AKConfigError, StartupError) as exc:
+        print(f"agentkernel: {exc}", file=sys.stderr)
+        sys.exit(2)
 
 
 if __name__ == "__main__":

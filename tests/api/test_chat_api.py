@@ -367,7 +367,7 @@ def test_chat_client_gives_up_at_its_own_timeout(start_server) -> None:  # type:
             client.ask("patient", "p", agent="slow", seconds=5)
         async_started = time.monotonic()
         with pytest.raises(
-            ChatError, match=r"still running: poll /api/v1/chat/patient\?request_id="
+            ChatError, match=r"still running: poll http://\S+/api/v1/chat/patient\?request_id="
         ):
             client.ask("patient", "p", agent="slow", asynchronous=True, seconds=5)
         assert time.monotonic() - async_started < 3

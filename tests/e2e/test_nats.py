@@ -35,6 +35,10 @@ def nats_env(url: str, redis_url: str, tag: str) -> dict[str, str]:
         "AK_EXECUTION__RESPONSE_STORE__TYPE": "redis",
         "AK_EXECUTION__RESPONSE_STORE__REDIS__URL": redis_url,
         "AK_EXECUTION__RESPONSE_STORE__REDIS__PREFIX": f"e2e:{tag}:",
+        # a runner refuses per-process sessions: two runners would split a session's state
+        "AK_SESSION__TYPE": "redis",
+        "AK_SESSION__REDIS__URL": redis_url,
+        "AK_SESSION__REDIS__PREFIX": f"e2e:{tag}:session:",
     }
 
 

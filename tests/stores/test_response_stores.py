@@ -22,6 +22,7 @@ from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.response_store.testing import ResponseStoreContract
+from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
 from tests import servers
 
 
@@ -70,8 +71,8 @@ def test_factory_requires_the_dynamodb_table_name() -> None:
 
 
 def test_factory_rejects_unknown_types() -> None:
-    with pytest.raises(AKConfigError, match="unknown store"):
-        create_response_store(ResponseStoreConfig(type="cassandra"))
+    with pytest.raises(ValueError, match="unknown response store 'cassandra'"):
+        ResponseStoreConfig(type="cassandra")  # refused when the configuration loads
 
 
 def test_factory_builds_redis(redis_url: str) -> None:
@@ -144,11 +145,14 @@ def test_unreachable_dynamodb_is_store_unavailable(
 
 
 @pytest.mark.aws
-def test_missing_dynamodb_table_is_a_store_error_not_an_outage(aws: str) -> None:
-    store = DynamoDBResponseStore(f"missing-{uuid.uuid4().hex[:8]}")
-    with pytest.raises(ResponseStoreError) as caught:
-        store.ping()
-    assert not isinstance(caught.value, StoreUnavailableError)
+def test_missing_dynamodb_table_is_a_config_error_not_an_outage(aws: str) -> None:
+    name = f"missing-{uuid.uuid4().hex[:8]}"
+    store = DynamoDBResponseStore(name)
+    with pytest.raises(AKConfigError, match=f"table_name: DynamoDB table '{name}' does not exist"):
+        store.ping()  # what start-up checks: retrying cannot make the table appear
+    session_store = DynamoDBSessionStore(name)
+    with pytest.raises(AKConfigError, match=f"session.dynamodb.table_name: .*'{name}'"):
+        session_store.ping()
     store.close()
 
 

@@ -195,5 +195,6 @@ class ECSIOHandler(IOHandler):
             auth_validator=auth_validator,
             handlers=handlers or (),
         )
+        handler.check_startup()
         ThreadRunner.install_signal_handlers()
         handler.serve()

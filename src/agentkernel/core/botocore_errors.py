@@ -101,3 +101,31 @@ def botocore_errors(
         if not unreadable:
             raise
         raise failed(f"{operation}: unreadable item: {exc!r}") from exc
+
+
+@contextmanager
+def table_check(
+    table: str,
+    key: str,
+    *,
+    unavailable: type[AgentKernelError],
+    failed: type[AgentKernelError],
+) -> Iterator[None]:
+    """:func:`botocore_errors` for a check of ``table``, where a table that does not exist is a
+    configuration error naming the config block ``key``: retrying cannot make it appear.
+
+    Raises:
+        AKConfigError: the table does not exist.
+    """
+    try:
+        with botocore_errors(
+            f"DynamoDB check of table {table}", unavailable=unavailable, failed=failed
+        ):
+            yield
+    except AgentKernelError as exc:
+        if error_code(exc.__cause__) != "ResourceNotFoundException":
+            raise
+        raise AKConfigError(
+            f"{key}.table_name: DynamoDB table '{table}' does not exist; create it (Terraform "
+            "modules/tables) before starting - agentkernel never creates production tables"
+        ) from exc.__cause__

@@ -21,12 +21,14 @@ from pydantic import (
     SecretStr,
     StringConstraints,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
+    SettingsError,
     YamlConfigSettingsSource,
 )
 
@@ -54,7 +56,9 @@ from agentkernel.core.config_backends import (
     ResponseRedisConfig,
     ResponseStoreConfig,
     SQSQueueConfig,
+    check_kind,
 )
+from agentkernel.core.config_env import describe_unparsable, variable_for
 from agentkernel.core.config_kafka import share_bookkeeping
 from agentkernel.core.config_limits import LimitsConfig
 from agentkernel.core.config_rules import check_reply_ttl
@@ -193,6 +197,11 @@ class SessionConfig(_Block):
         "its recorded owner is their user id. Empty: old sessions are not adopted. See "
         "docs/authentication.md.",
     )
+
+    @field_validator("type")
+    @classmethod
+    def _known_store(cls, kind: str) -> str:
+        return check_kind(kind, ("in_memory", "redis", "dynamodb"), "session store")
 
 
 class ApiConfig(_Block):
@@ -345,10 +354,14 @@ class AKConfig(BaseSettings):
             )
         cls._yaml_path = yaml_path if yaml_path.is_file() else None
         try:
+            if cls._yaml_path is not None:
+                _check_top_level(cls._yaml_path)
             return cls()
         except ValidationError as exc:
             raise AKConfigError(_describe(exc)) from exc
-        except (ValueError, OSError, yaml.YAMLError) as exc:  # unreadable or non-mapping YAML
+        except SettingsError as exc:  # an AK_ variable that should hold JSON does not
+            raise AKConfigError(describe_unparsable(AKConfig, exc)) from exc
+        except (ValueError, OSError, yaml.YAMLError) as exc:  # unreadable YAML
             raise AKConfigError(f"{yaml_path}: cannot read configuration: {exc}") from exc
         finally:
             cls._yaml_path = None
@@ -374,12 +387,33 @@ class AKConfig(BaseSettings):
             cls._instance = None
 
 
+def _check_top_level(path: Path) -> None:
+    """The file must be a mapping of sections (or empty): a list or a scalar is refused by name.
+
+    Raises:
+        AKConfigError: the top level of the file is something else.
+    """
+    with path.open(encoding="utf-8") as stream:
+        doc = yaml.safe_load(stream)
+    if doc is not None and not isinstance(doc, dict):
+        sections = ", ".join(AKConfig.model_fields)
+        kind = "list" if isinstance(doc, list) else type(doc).__name__
+        raise AKConfigError(
+            f"{path}: the top level must be a mapping of sections ({sections}), not a {kind}"
+        )
+
+
 def _describe(exc: ValidationError) -> str:
-    """One line per invalid key, as ``execution.queues.input.no_of_consumers: <reason>``."""
+    """One line per invalid key, as ``execution.queues.input.no_of_consumers: <reason>``; a key
+    an ``AK_`` variable set names the variable."""
     lines = []
     for err in exc.errors():
         key = ".".join(str(part) for part in err["loc"]) or "<root>"
+        if variable := variable_for(err["loc"]):
+            key = f"{key} (from {variable})"
         reason = err["msg"]
+        if err["type"] == "value_error" and "error" in err.get("ctx", {}):
+            reason = str(err["ctx"]["error"])  # our own check's words, without a prefix
         if err["type"] == "extra_forbidden" and (near := closest_key(AKConfig, err["loc"])):
             reason = f"unknown key; did you mean {near}?"
         elif err["type"] == "extra_forbidden":

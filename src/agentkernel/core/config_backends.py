@@ -8,7 +8,22 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+def check_kind(kind: str, builtins: tuple[str, ...], what: str) -> str:
+    """A backend ``type``: a built-in name or a dotted path to the user's class.
+
+    Checked when the configuration loads, so a typo fails before the process starts anything.
+
+    Raises:
+        ValueError: neither (pydantic reports it under the key).
+    """
+    if kind in builtins or "." in kind.strip("."):
+        return kind
+    raise ValueError(
+        f"unknown {what} '{kind}'; use one of {', '.join(builtins)} or a dotted path to a class"
+    )
 
 
 class Block(BaseModel):
@@ -111,6 +126,12 @@ class NatsQueueConfig(Block):
         2.0, ge=0, description="Seconds a nacked message waits before it is redelivered."
     )
     request_timeout: float = Field(10.0, gt=0, description="Seconds to wait for a server reply.")
+    connect_timeout: float = Field(
+        5.0,
+        gt=0,
+        description="Seconds a starting process waits to reach the server; it then fails "
+        "start-up. A connection lost later is retried without limit.",
+    )
     auto_provision: bool = Field(
         False,
         description="Create missing streams and consumers (development). When false a missing "
@@ -250,6 +271,12 @@ class QueuesConfig(Block):
         None, ge=1, le=10, description="Messages per fetch on both queues; unset means 1."
     )
     in_memory: InMemoryQueueConfig | None = Field(None, description="In-memory transport tuning.")
+
+    @field_validator("type")
+    @classmethod
+    def _known_transport(cls, kind: str) -> str:
+        return check_kind(kind, ("in_memory", "sqs", "nats", "kafka", "redis"), "transport")
+
     sqs: SQSQueueConfig | None = Field(None, description="SQS transport settings.")
     nats: NatsQueueConfig | None = Field(None, description="NATS JetStream transport settings.")
     kafka: KafkaQueueConfig | None = Field(None, description="Kafka transport settings.")
@@ -308,6 +335,12 @@ class ResponseStoreConfig(Block):
         "stored reply is the only answer it can get.",
     )
     redis: ResponseRedisConfig | None = Field(None, description="Redis response store settings.")
+
+    @field_validator("type")
+    @classmethod
+    def _known_store(cls, kind: str) -> str:
+        return check_kind(kind, ("in_memory", "redis", "dynamodb"), "response store")
+
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
     retry_count: int | None = Field(
         None,

@@ -24,6 +24,7 @@ from collections.abc import Iterator
 from typing import Protocol
 
 _SO_ATTACH_FILTER = 26
+_SO_DETACH_FILTER = 27
 #: ``tcp_info``: eight one-byte fields, then ``rto, ato, snd_mss, rcv_mss, unacked``; on a
 #: listening socket ``unacked`` is the number of connections waiting to be accepted.
 _TCP_INFO_SIZE = 104
@@ -62,6 +63,15 @@ def refuse_new_connections(sock: ListeningSocket) -> bool:
     except OSError:
         return False
     return True  # the kernel copied the program: the buffer may go
+
+
+def accept_new_connections(sock: ListeningSocket) -> None:
+    """Undo :func:`refuse_new_connections` on ``sock``: a listening socket handed from one
+    process to the next (``serve --reload``) keeps the filter the stopped process attached."""
+    if not sys.platform.startswith("linux"):
+        return
+    with contextlib.suppress(OSError), _same_socket(sock) as twin:  # OSError: no filter
+        twin.setsockopt(socket.SOL_SOCKET, _SO_DETACH_FILTER, 0)
 
 
 def accept_backlog(sock: ListeningSocket) -> int:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import socket
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -42,6 +43,7 @@ from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.http.app import RouterSource
+from agentkernel.pipeline.http.listener import accept_new_connections
 from agentkernel.pipeline.http.server_limits import server_options
 from agentkernel.pipeline.process.event_loop import StallWatchdog
 from agentkernel.pipeline.process.metrics import METRICS
@@ -56,6 +58,7 @@ from agentkernel.pipeline.process.shutdown import (
     ShutdownOrder,
     shutdown_budget,
 )
+from agentkernel.pipeline.process.startup import check_backends
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
@@ -131,6 +134,7 @@ class IOHandler:
             )
         )
         self._stopped = threading.Event()
+        self._sockets: list[socket.socket] | None = None
         self._http_done = threading.Event()
         METRICS.add_collector(self._sample_depth)
 
@@ -184,11 +188,32 @@ class IOHandler:
             auth_validator=auth_validator,
             handlers=handlers or (),
         )
+        handler.check_startup()
         ThreadRunner.install_signal_handlers()
         handler.serve()
 
-    def serve(self, exit_on_shutdown: bool = True) -> None:
-        """Run every part until shutdown; blocks."""
+    def check_startup(self) -> None:
+        """Fail before serving when a queue or store of this process is missing or unreachable.
+
+        Raises:
+            AKConfigError: a queue or table does not exist.
+            TransportError, StoreError: the broker or a store cannot be reached.
+        """
+        check_backends(self.transport, (QueueName.INPUT, QueueName.OUTPUT), self.api.stores)
+
+    def serve(
+        self, exit_on_shutdown: bool = True, sockets: list[socket.socket] | None = None
+    ) -> None:
+        """Run every part until shutdown; blocks.
+
+        Args:
+            exit_on_shutdown: exit the process once the shutdown order has run.
+            sockets: listen on these already bound sockets instead of ``api.host:api.port``
+                (``serve --reload``, whose parent process binds the port once).
+        """
+        self._sockets = sockets
+        for sock in sockets or ():
+            accept_new_connections(sock)  # the process before this one stopped taking them
         if self.runner_loop is not None and not self.registry.agents():
             logger.warning("the embedded runner has no agents; every turn will be answered 404")
         tasks = [
@@ -231,7 +256,7 @@ class IOHandler:
             StallWatchdog(
                 asyncio.get_running_loop(), threading.current_thread(), stall_warning
             ).start()
-        await self.server.serve()
+        await self.server.serve(sockets=self._sockets)
 
     def stop(self) -> None:
         """Stop this handler without touching the process-wide shutdown state (tests)."""

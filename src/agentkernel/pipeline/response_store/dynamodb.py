@@ -36,6 +36,7 @@ from agentkernel.core.botocore_errors import (
     botocore_errors,
     client,
     error_code,
+    table_check,
 )
 from agentkernel.core.config import DynamoDBStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
@@ -216,7 +217,12 @@ class DynamoDBResponseStore(ResponseStore):
         return DynamoDBQuotaLedger(self._client, self.table_name, self.ttl)
 
     def ping(self) -> None:
-        with _errors(f"DynamoDB check of table {self.table_name}"):
+        with table_check(
+            self.table_name,
+            "execution.response_store.dynamodb",
+            unavailable=StoreUnavailableError,
+            failed=ResponseStoreError,
+        ):
             self._client.describe_table(TableName=self.table_name)
 
     def close(self) -> None:

@@ -17,6 +17,7 @@ from agentkernel.core.botocore_errors import (
     botocore_errors,
     client,
     error_code,
+    table_check,
 )
 from agentkernel.core.errors import (
     SessionStoreError,
@@ -28,6 +29,8 @@ from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
 _errors = functools.partial(
     botocore_errors, unavailable=SessionStoreUnavailableError, failed=SessionStoreError
 )
+#: The key :meth:`DynamoDBSessionStore.ping` reads; only read, so harmless if it exists.
+_PROBE = "agentkernel:ping"
 
 
 class DynamoDBSessionStore(SessionStore):
@@ -90,5 +93,11 @@ class DynamoDBSessionStore(SessionStore):
             ) from exc.__cause__
 
     def ping(self) -> None:
-        with _errors("DynamoDB check of session table"):
-            self._client.describe_table(TableName=self._table)
+        """Read one key: an Agent Runner's role may read and write the table, not describe it."""
+        with table_check(
+            self._table,
+            "session.dynamodb",
+            unavailable=SessionStoreUnavailableError,
+            failed=SessionStoreError,
+        ):
+            self._client.get_item(TableName=self._table, Key={"session_id": {"S": _PROBE}})

@@ -125,6 +125,15 @@ class QueueTransport(ABC):
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise ``TransportError`` when the broker is unreachable (used by ``GET /ready``)."""
 
+    def check_queues(self, queues: tuple[QueueName, ...]) -> None:
+        """Start-up check of the queues this process uses; default :meth:`ping`.
+
+        Raises:
+            AKConfigError: one of ``queues`` does not exist (the message names it).
+            TransportError: the broker is unreachable.
+        """
+        self.ping()
+
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the transport's own connections."""
 

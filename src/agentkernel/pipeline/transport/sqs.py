@@ -211,7 +211,12 @@ class SQSTransport(QueueTransport):
         )
 
     def ping(self) -> None:
-        for queue in QueueName:
+        self.check_queues(tuple(QueueName))
+
+    def check_queues(self, queues: tuple[QueueName, ...]) -> None:
+        """Read an attribute of each queue: the call each role's policy allows on the queues it
+        checks (an Agent Runner may only send to OUTPUT, so it checks INPUT alone)."""
+        for queue in queues:
             self.queue_attributes(queue, "QueueArn")
 
 

@@ -54,16 +54,45 @@ def partition_of(group_id: str | None, partitions: int) -> int:
 
 
 class _Connection:
-    """One client connection and its private event-loop thread."""
+    """One client connection and its private event-loop thread.
 
-    def __init__(self, url: str, timeout: float) -> None:
+    Raises:
+        TransportError: the server was not reached within ``connect_timeout`` seconds (the
+            message names the URL and the last connection error).
+    """
+
+    def __init__(self, url: str, timeout: float, connect_timeout: float) -> None:
         self.loop = LoopThread(f"nats-{redact_url(url)}")
+        self.last_error: Exception | None = None
         try:
-            self.nc: Any = self.loop.run(_connect(url, timeout))
+            self.nc: Any = self.loop.run(self._connect(url, timeout, connect_timeout))
+        except TimeoutError as exc:
+            self.loop.stop()
+            reason = f": {redact_url(repr(self.last_error))}" if self.last_error else ""
+            raise TransportError(
+                f"execution.queues.nats.url: cannot reach the NATS server at {redact_url(url)} "
+                f"within {connect_timeout:g}s (connect_timeout){reason}"
+            ) from exc
         except BaseException:
             self.loop.stop()
             raise
         self.js: Any = self.nc.jetstream(timeout=timeout)
+
+    async def _connect(self, url: str, timeout: float, within: float) -> Any:
+        connecting = nats.connect(
+            url,
+            max_reconnect_attempts=-1,
+            reconnect_time_wait=0.5,
+            connect_timeout=min(timeout, within),
+            error_cb=self._client_error,
+        )
+        return await asyncio.wait_for(connecting, within)  # cancelled on this loop, not leaked
+
+    async def _client_error(self, exc: Exception) -> None:
+        if not getattr(self, "nc", None):  # still connecting: the start-up error will say it
+            self.last_error = exc
+            return
+        await _log_client_error(exc)
 
     def close(self) -> None:
         with contextlib.suppress(*CLIENT_ERRORS):
@@ -79,17 +108,6 @@ async def _cancel_other_tasks() -> None:
     for task in tasks:
         task.cancel()
     await asyncio.gather(*tasks, return_exceptions=True)
-
-
-async def _connect(url: str, timeout: float) -> Any:
-    connecting = nats.connect(
-        url,
-        max_reconnect_attempts=-1,
-        reconnect_time_wait=0.5,
-        connect_timeout=timeout,
-        error_cb=_log_client_error,
-    )
-    return await asyncio.wait_for(connecting, timeout + 5)  # cancelled on this loop, not leaked
 
 
 _last_client_warning = [0.0]
@@ -132,7 +150,7 @@ class NatsTransport(QueueTransport):
             QueueName.INPUT: (settings.input_stream, settings.input_subject_prefix),
             QueueName.OUTPUT: (settings.output_stream, settings.output_subject_prefix),
         }
-        self.conn = self._connect(settings.url, settings.request_timeout)
+        self.conn = self._connect(settings)
         self._provisioner = Provisioner(self)
         for queue in QueueName:
             self._provisioner.ensure_stream(queue)
@@ -150,12 +168,14 @@ class NatsTransport(QueueTransport):
         return cls(settings)
 
     @classmethod
-    def _connect(cls, url: str, timeout: float) -> _Connection:
+    def _connect(cls, settings: NatsQueueConfig) -> _Connection:
+        url = settings.url
         with cls._lock:
             conn = cls._connections.get(url)
             if conn is None or conn.nc.is_closed:
                 with nats_errors(f"connect to {redact_url(url)}"):
-                    conn = cls._connections[url] = _Connection(url, timeout)
+                    conn = _Connection(url, settings.request_timeout, settings.connect_timeout)
+                cls._connections[url] = conn
             return conn
 
     @classmethod

@@ -1,0 +1,42 @@
+"""Start-up checks: a process that cannot work refuses to start, instead of answering 503.
+
+Before a process serves anything it asks, once, each queue and store it uses, with the calls
+its deployment role may make (an Agent Runner may only send to OUTPUT, so it checks INPUT). A
+queue, stream, topic or table that does not exist is a configuration error
+(:class:`~agentkernel.core.errors.AKConfigError` naming it); a broker or store that does not
+answer raises its own error. The ``agentkernel`` command prints either as one line and exits 2.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+
+from agentkernel.core.errors import StoreError
+from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.readiness import CheckedStore
+from agentkernel.pipeline.transport.base import QueueTransport
+
+__all__ = ["check_backends"]
+
+#: The configuration block of each store, by its name in ``/ready``.
+_KEYS = {"response_store": "execution.response_store", "session_store": "session"}
+
+
+def check_backends(
+    transport: QueueTransport,
+    queues: tuple[QueueName, ...],
+    stores: Mapping[str, CheckedStore],
+) -> None:
+    """Check ``queues`` on ``transport``, then ping every store.
+
+    Raises:
+        AKConfigError: a queue or a table does not exist.
+        TransportError: the broker cannot be reached.
+        StoreError: a store cannot be reached or refuses work.
+    """
+    transport.check_queues(queues)
+    for name, store in stores.items():
+        try:
+            store.ping()
+        except StoreError as exc:  # the same error, saying which store it is about
+            raise type(exc)(f"{_KEYS.get(name, name)}: {exc}") from exc
