@@ -248,8 +248,11 @@ def test_the_sandbox_broker_seam_builds_from_the_block_handed_to_it() -> None:
         ({"type": "kafka"}, f"{SANDBOX}.kafka: block is required"),
         ({"type": "bogus"}, f"{SANDBOX}.type: unknown transport 'bogus'"),
         ({"type": "no.such.Transport"}, f"{SANDBOX}.type: cannot import 'no.such.Transport'"),
-        ({"type": "in_memory", "input": {"no_of_consumers": 0}}, f"{SANDBOX}: "),
-        ({"type": "in_memory", "typo": 1}, f"{SANDBOX}: "),
+        (
+            {"type": "in_memory", "input": {"no_of_consumers": 0}},
+            f"{SANDBOX}.input.no_of_consumers: ",
+        ),
+        ({"type": "in_memory", "typo": 1}, f"{SANDBOX}.typo: unknown key"),
     ],
 )
 def test_configuration_errors_name_keys_under_the_config_path(

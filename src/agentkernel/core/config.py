@@ -411,15 +411,26 @@ def _describe(exc: ValidationError) -> str:
         key = ".".join(str(part) for part in err["loc"]) or "<root>"
         if variable := variable_for(err["loc"]):
             key = f"{key} (from {variable})"
-        reason = err["msg"]
-        if err["type"] == "value_error" and "error" in err.get("ctx", {}):
-            reason = str(err["ctx"]["error"])  # our own check's words, without a prefix
+        reason = _reason(err)
         if err["type"] == "extra_forbidden" and (near := closest_key(AKConfig, err["loc"])):
             reason = f"unknown key; did you mean {near}?"
-        elif err["type"] == "extra_forbidden":
-            reason = "unknown key"
         lines.append(f"{key}: {reason}")
     return "invalid configuration: " + "; ".join(lines)
+
+
+def describe_block(exc: ValidationError, path: str) -> str:
+    """The errors of a block validated on its own (not through :class:`AKConfig`), each key
+    named under ``path``: ``sandbox.queue.type: unknown transport 'x'``."""
+    return "; ".join(
+        ".".join([path, *(str(part) for part in err["loc"])]) + f": {_reason(err)}"
+        for err in exc.errors()
+    )
+
+
+def _reason(err: Any) -> str:
+    if err["type"] == "value_error" and "error" in err.get("ctx", {}):
+        return str(err["ctx"]["error"])  # our own check's words, without a prefix
+    return "unknown key" if err["type"] == "extra_forbidden" else str(err["msg"])
 
 
 # The names upstream agentkernel gives these models (its transport guide tells users to build

@@ -15,9 +15,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 from typing import Any, ClassVar
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ValidationError
 
-from agentkernel.core.config import AKConfig, QueuesConfig
+from agentkernel.core.config import AKConfig, QueuesConfig, describe_block
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
@@ -173,8 +173,8 @@ class QueueTransportFactory:
             )
         try:
             return QueuesConfig.model_validate(dict(queues_config))
-        except ValueError as exc:
-            raise AKConfigError(f"{config_path}: {exc}") from exc
+        except ValidationError as exc:
+            raise AKConfigError(describe_block(exc, config_path)) from exc
 
     @classmethod
     def resolve_type(
