@@ -3,7 +3,9 @@ TTL attribute ``expiry_time``. A commit is one conditional put on ``v``.
 
 Every botocore exception is mapped by :mod:`agentkernel.core.botocore_errors`, with the response
 store's rule: throttling, a server error or an unreachable endpoint becomes
-:class:`SessionStoreUnavailableError` (worth retrying), anything else :class:`SessionStoreError`.
+:class:`SessionStoreUnavailableError` (worth retrying), anything else :class:`SessionStoreError`;
+a record over DynamoDB's 400 KB item limit is :class:`SessionStateError` (the agent's state is
+too large, and every attempt would be refused alike).
 """
 
 from __future__ import annotations
@@ -19,6 +21,7 @@ from agentkernel.core.botocore_errors import (
     error_code,
 )
 from agentkernel.core.errors import (
+    SessionStateError,
     SessionStoreError,
     SessionStoreUnavailableError,
     StaleSessionError,
@@ -83,6 +86,11 @@ class DynamoDBSessionStore(SessionStore):
                     **({"ExpressionAttributeValues": values} if values else {}),
                 )
         except SessionStoreError as exc:
+            if _too_large(exc.__cause__):
+                raise SessionStateError(
+                    f"the session record is {len(item['doc']['S'].encode())} bytes; "
+                    f"DynamoDB refused it ({exc.__cause__}); an item holds at most 400 KB"
+                ) from exc.__cause__
             if error_code(exc.__cause__) != CONDITION_FAILED:
                 raise
             raise StaleSessionError(
@@ -92,3 +100,8 @@ class DynamoDBSessionStore(SessionStore):
     def ping(self) -> None:
         with _errors("DynamoDB check of session table"):
             self._client.describe_table(TableName=self._table)
+
+
+def _too_large(exc: BaseException | None) -> bool:
+    """Whether DynamoDB refused an item for its size (400 KB), which no retry changes."""
+    return error_code(exc) == "ValidationException" and "size" in str(exc).lower()
