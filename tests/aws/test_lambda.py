@@ -339,6 +339,9 @@ def test_bad_websocket_frames_get_a_system_response(d: Deployment) -> None:
     ):
         frame = body_of(Lambda.handler(websocket("MESSAGE", "conn-x", body)))
         assert (frame["type"], frame["error"]) == ("SYSTEM_RESPONSE", error)
+        if error == "INVALID_REQUEST":  # the field named, as HTTP's details do
+            assert frame["details"][0]["field"] == "session_id"
+            assert "session_id" in frame["message"]
     assert sqs_event(d.input, wait=0)["Records"] == []
 
 
