@@ -243,6 +243,7 @@ def test_the_last_attempt_answers_with_an_error_instead_of_a_retry(d: Deployment
     pump(d.output, ResponseHandler.handle)
     got = Lambda.handler(http_v2("GET", "/api/v1/chat/l", query={"request_id": request_id}))
     assert (got["statusCode"], body_of(got)["error"]) == (500, "TURN_FAILED")
+    assert body_of(got)["message"].endswith("last error: RetryableError: rate limited")
 
 
 def test_poison_and_malformed_records(d: Deployment) -> None:
