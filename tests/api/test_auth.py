@@ -337,3 +337,49 @@ def test_the_chat_command_sends_an_api_key_or_a_token(server: Server) -> None:
         [*command, "cli-none", "x"], capture_output=True, text=True, timeout=60
     )
     assert without.returncode == 1 and "HTTP 401" in without.stderr
+
+
+@pytest.mark.parametrize(
+    ("credential", "said"),
+    [
+        (None, "a bearer token or an API key is required"),
+        ({"X-API-Key": "nobody-key"}, "unknown API key"),
+        (bearer("not-a-jwt"), "the token is not a well-formed JWT"),
+        (bearer(token(exp=time.time() - 600)), "the token has expired"),
+        (bearer(token(aud="elsewhere")), "the token's audience (aud) is not the configured one"),
+        (
+            bearer(token(iss="https://other.test")),
+            "the token's issuer (iss) is not the configured one",
+        ),
+        (bearer(token(exp=None)), "the token has no 'exp' claim"),
+        (
+            bearer(token(key="another-secret-of-enough-length-0123456")),
+            "the token's signature does not verify",
+        ),
+        (
+            bearer(token(nbf=time.time() + 600)),
+            "the token is not valid yet (nbf or iat is in the future)",
+        ),
+        (
+            bearer(token(key=None, algorithm="none")),
+            "the token is signed with an algorithm that is not accepted",
+        ),
+    ],
+)
+def test_a_refusal_says_what_was_wrong(
+    server: Server, credential: dict[str, str] | None, said: str
+) -> None:
+    """The caller is told what was wrong with the credential, never an exception's class name."""
+    response = chat(server, "m", "hi", credential or {})
+    assert (response.status_code, response.json()) == (
+        401,
+        {"error": "UNAUTHORIZED", "message": said},
+    )
+    if credential is not None and "X-API-Key" in credential:
+        return  # the handshake takes a token in the query, not a key
+    given = (credential or {}).get("Authorization", "").removeprefix("Bearer ")
+    url = server.url.replace("http://", "ws://") + "/ws" + (f"?token={given}" if given else "")
+    with pytest.raises(InvalidStatus) as refused:
+        ws_client.connect(url)
+    assert refused.value.response.status_code == 401  # an HTTP answer, not a closed socket
+    assert json.loads(refused.value.response.body)["message"] == said

@@ -292,3 +292,28 @@ def test_chat_command_without_a_prompt_is_interactive(server: Server) -> None:
     lines = "hello\n\nagain\n/quit\nnot sent\n"
     done = chat_command(server, "--session", "cli3", "--agent", "plain", stdin=lines)
     assert (done.returncode, done.stdout) == (0, "plain hello\nplain again\n"), done.stderr
+
+
+@pytest.mark.parametrize(
+    ("frame", "field"),
+    [
+        ({"body": {"prompt": "no session"}}, "session_id"),
+        ({"session_id": "s", "prompt": 7}, "prompt"),
+        ({"body": {"session_id": "s", "prompt": "p", "stream": "maybe"}}, "stream"),
+        ({"body": "text"}, "body"),
+    ],
+)
+def test_ws_invalid_request_names_the_field_as_http_does(
+    server: Server, frame: dict[str, object], field: str
+) -> None:
+    with ws_client.connect(ws_url(server), max_size=None) as ws:
+        ws.send(json.dumps(frame))
+        [answer] = receive(ws, 1)
+    assert (answer["type"], answer["error"]) == ("SYSTEM_RESPONSE", "INVALID_REQUEST")
+    assert answer["details"][0]["field"] == field and answer["details"][0]["message"]
+    assert field in answer["message"]
+    if "body" in frame and isinstance(frame["body"], dict):  # the same fields as over HTTP
+        http = server.client.post("/api/v1/chat", json=frame["body"])
+        assert [d["field"] for d in http.json()["details"]] == [
+            d["field"] for d in answer["details"]
+        ]

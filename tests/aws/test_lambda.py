@@ -244,6 +244,7 @@ def test_the_last_attempt_answers_with_an_error_instead_of_a_retry(d: Deployment
     pump(d.output, ResponseHandler.handle)
     got = Lambda.handler(http_v2("GET", "/api/v1/chat/l", query={"request_id": request_id}))
     assert (got["statusCode"], body_of(got)["error"]) == (500, "TURN_FAILED")
+    assert body_of(got)["message"].endswith("last error: RetryableError: rate limited")
 
 
 def test_poison_and_malformed_records(d: Deployment) -> None:
@@ -340,6 +341,9 @@ def test_bad_websocket_frames_get_a_system_response(d: Deployment) -> None:
     ):
         frame = body_of(Lambda.handler(websocket("MESSAGE", "conn-x", body)))
         assert (frame["type"], frame["error"]) == ("SYSTEM_RESPONSE", error)
+        if error == "INVALID_REQUEST":  # the field named, as HTTP's details do
+            assert frame["details"][0]["field"] == "session_id"
+            assert "session_id" in frame["message"]
     assert sqs_event(d.input, wait=0)["Records"] == []
 
 

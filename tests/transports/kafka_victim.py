@@ -12,10 +12,13 @@ Prints one JSON line ``[body, receive_count]`` per record, then ``"settled"``.
 import json
 import sys
 
+from confluent_kafka.admin import AdminClient
+
 from agentkernel.core.config import KafkaQueueConfig
 from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.transport.bookkeeping import RedisBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaTransport
+from agentkernel.pipeline.transport.kafka.identity import bookkeeping_prefix, cluster_id
 
 
 class UnmarkedBookkeeping(RedisBookkeepingStore):
@@ -29,7 +32,10 @@ settings = KafkaQueueConfig.model_validate_json(sys.argv[1])
 wanted, mode = int(sys.argv[2]), sys.argv[3]
 books = None
 if mode == "ack-behind-unmarked":
-    books = UnmarkedBookkeeping(settings.bookkeeping_redis_url, f"ak:{settings.group_id}:")
+    # The keys the transport itself would use (named by the cluster and the group).
+    cluster = cluster_id(AdminClient({"bootstrap.servers": settings.bootstrap_servers}), 5.0)
+    prefix = bookkeeping_prefix(cluster, settings.group_id, settings.bootstrap_servers)
+    books = UnmarkedBookkeeping(settings.bookkeeping_redis_url, prefix)
 consumer = KafkaTransport(settings, books).create_consumer(QueueName.INPUT)
 held = []
 while len(held) < wanted:

@@ -198,7 +198,8 @@ class Lambda:
             )
             cls._run(enqueue)
         except FrameError as exc:
-            frame = system_response(exc.code, str(exc), exc.request_id or client_id)
+            shown = exc.request_id or client_id
+            frame = system_response(exc.code, str(exc), shown, exc.details)
             return {"statusCode": 200, "body": json.dumps(frame)}
         except HTTPError as exc:
             frame = system_response(exc.doc["error"], exc.doc["message"], client_id)

@@ -102,16 +102,20 @@ class Agent:
         return f"Agent({self.name!r}, streaming={self.streaming})"
 
     async def stream(self, turn: Turn) -> AsyncIterator[str]:
-        """Yield the reply as text chunks (a non-streaming agent yields one chunk)."""
+        """Yield the reply as text chunks (a non-streaming agent yields one chunk).
+
+        Each chunk is encoded like a returned value: a dict or list as JSON, ``None`` as an
+        empty chunk (which is not sent), anything else as ``str``.
+        """
         handler = self.handler
         if inspect.isasyncgenfunction(handler):
             async for chunk in handler(turn):
-                yield str(chunk)
+                yield _text(chunk)
         elif inspect.isgeneratorfunction(handler):
             iterator = iter(handler(turn))
             sentinel = object()
             while (chunk := await asyncio.to_thread(next, iterator, sentinel)) is not sentinel:
-                yield str(chunk)
+                yield _text(chunk)
         else:
             yield await self.run(turn)
 

@@ -12,6 +12,7 @@
      |    +-- ResponseStoreError        the response store failed
      |    +-- SessionStoreError         the session store failed
      |         +-- StaleSessionError    a turn's commit lost to a newer one (fenced)
+     |         +-- SessionStateError    the state a turn left cannot be stored; not retried
      |         +-- SessionStoreUnavailableError   (also a StoreUnavailableError)
      +-- AgentNotFoundError       no agent with the requested name is registered
      +-- RetryableError           raised by an agent: run this turn again later
@@ -73,6 +74,12 @@ class SessionStoreError(StoreError):
 
 class StaleSessionError(SessionStoreError):
     """A commit was refused: the session changed since it was read (a newer attempt won)."""
+
+
+class SessionStateError(SessionStoreError):
+    """The state an agent left cannot be stored: it is not JSON-serialisable, or it is larger
+    than the store takes. The agent's doing, so every attempt would fail the same way: the
+    turn is answered ``STATE_NOT_STORED`` at once instead of being retried."""
 
 
 class AgentNotFoundError(AgentKernelError):

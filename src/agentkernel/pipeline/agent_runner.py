@@ -17,7 +17,6 @@ docs/architecture.md, "A turn's effects happen once".
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 import functools
 import json
@@ -33,6 +32,7 @@ from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import (
     AgentNotFoundError,
     MessageRejectedError,
+    SessionStateError,
     StaleSessionError,
     StoreDataLostError,
 )
@@ -44,13 +44,12 @@ from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
 from agentkernel.pipeline.envelope import (
     ATTR_REQUEST_ID,
     ATTR_STREAM,
-    ATTR_TRACEPARENT,
     ATTR_USER_ID,
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.execution import Streamer, execute
-from agentkernel.pipeline.last_errors import LastErrors
+from agentkernel.pipeline.execution import Streamer, execute, turn_of
+from agentkernel.pipeline.last_errors import LastErrors, cause_of
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.replies import (
@@ -60,6 +59,7 @@ from agentkernel.pipeline.replies import (
     reply_message,
     session_mismatch,
     session_of,
+    turn_failed_doc,
 )
 from agentkernel.pipeline.scoping import session_key
 from agentkernel.pipeline.session_store import (
@@ -207,22 +207,15 @@ class AgentRunner(QueueConsumer):
             record = dataclasses.replace(record, owner=user)  # the first turn claims the session
         if self.last_attempt.runs_alone(message):
             record = await self.last_attempt.start_trial(self.sessions, key, record, request_id)
-        turn = Turn(
-            prompt=body.prompt,
-            session_id=session_id,
-            request_id=request_id,
-            agent=agent.name,
-            session_key=key,
-            state=copy.deepcopy(record.state),  # the record keeps the state before the turn
-            extra=body.model_extra or {},
-            attempt=message.receive_count,
-            traceparent=message.attributes.get(ATTR_TRACEPARENT),
-        )
+        turn = turn_of(message, body, agent.name, key, record.state)
         streamed = body.stream or self.stream_all or ATTR_STREAM in message.attributes
         stream = self._streamer(message, turn) if streamed else None
         status, doc, state = await execute(agent, turn, stream, self.runner.turn_timeout)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
-        await self._commit_and_reply(message, session_id, record, outcome, state)
+        try:
+            await self._commit_and_reply(message, session_id, record, outcome, state)
+        except SessionStateError as exc:  # the agent's doing: every attempt would fail alike
+            await self._state_not_stored(message, turn, record, exc)
 
     async def on_undecodable(self, message: QueueMessage) -> None:
         """Answer 400 a message the transport could not decode, when its request id is known."""
@@ -260,18 +253,16 @@ class AgentRunner(QueueConsumer):
             except Exception as exc:  # answered below, as this may be the last delivery
                 self._last_errors.remember(request_id, exc)
                 record = await self._read(_key(message, session_id))
-        attempts = message.receive_count - 1
+        attempts, cause = message.receive_count - 1, self._last_errors.get(request_id)
         logger.error(
             "turn %s of session %s failed on %s attempts and is abandoned; last error: %s",
             request_id,
             session_id,
             attempts,
-            self._last_errors.get(request_id),
+            cause,
         )
-        text = f"the turn failed on {attempts} attempts and was abandoned"
-        outcome = TurnOutcome(
-            request_id, 500, json.dumps(error_doc("TURN_FAILED", text, session_id, request_id))
-        )
+        doc = turn_failed_doc(attempts, cause, session_id, request_id)
+        outcome = TurnOutcome(request_id, 500, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, None)
 
     # -- committing and replying ---------------------------------------------------------------
@@ -363,6 +354,23 @@ class AgentRunner(QueueConsumer):
         commit, key, position = self.sessions.commit, _key(message, session_id), message.position
         await call(self.sessions.nonblocking, commit, key, record, outcome, state, position)
         await self._send(message, session_id, outcome)
+
+    async def _state_not_stored(
+        self, message: QueueMessage, turn: Turn, base: SessionRecord, exc: SessionStateError
+    ) -> None:
+        """The state the agent left cannot be stored: commit and send an error at once, keeping
+        the state from before the turn (a retry would run the agent again to the same end)."""
+        logger.error(
+            "turn %s of session %s: agent %s left a state that cannot be stored: %s",
+            turn.request_id,
+            turn.session_id,
+            turn.agent,
+            exc,
+        )
+        text = f"agent '{turn.agent}' left a session state that cannot be stored: {cause_of(exc)}"
+        doc = error_doc("STATE_NOT_STORED", text, turn.session_id, turn.request_id)
+        outcome = TurnOutcome(turn.request_id, 500, json.dumps(doc))
+        await self._commit_and_reply(message, turn.session_id, base, outcome, None)
 
     async def _refuse(
         self, message: QueueMessage, session_id: str, request_id: str, exc: StoreDataLostError

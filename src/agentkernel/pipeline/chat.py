@@ -223,14 +223,31 @@ _CLIENT_REQUEST_ID = re.compile(r"^[A-Za-z0-9_.:-]{8,128}$")
 class FrameError(Exception):
     """A client frame that cannot be served; answered with a ``SYSTEM_RESPONSE`` frame."""
 
-    def __init__(self, code: str, message: str, request_id: str | None = None) -> None:
+    def __init__(
+        self,
+        code: str,
+        message: str,
+        request_id: str | None = None,
+        details: list[dict[str, str]] | None = None,
+    ) -> None:
         super().__init__(message)
-        self.code, self.request_id = code, request_id
+        self.code, self.request_id, self.details = code, request_id, details
 
 
-def system_response(code: str, message: str, request_id: str | None = None) -> dict[str, Any]:
-    """The frame answering a WebSocket frame that cannot be served."""
-    frame = {"type": "SYSTEM_RESPONSE", "error": code, "message": message}
+def system_response(
+    code: str,
+    message: str,
+    request_id: str | None = None,
+    details: list[dict[str, str]] | None = None,
+) -> dict[str, Any]:
+    """The frame answering a WebSocket frame that cannot be served.
+
+    Args:
+        details: the invalid fields, ``[{"field", "message"}]`` as HTTP's 422 carries them.
+    """
+    frame: dict[str, Any] = {"type": "SYSTEM_RESPONSE", "error": code, "message": message}
+    if details:
+        frame["details"] = details
     return frame | ({"request_id": request_id} if request_id else {})
 
 
@@ -262,11 +279,21 @@ def parse_frame(text: str, max_bytes: int) -> tuple[str | None, ChatRequest]:
         else {k: v for k, v in frame.items() if k not in ("route", "request_id")}
     )
     if not isinstance(body, dict):
-        raise FrameError("INVALID_REQUEST", "body must be a JSON object", request_id)
+        details = [{"field": "body", "message": "must be a JSON object"}]
+        raise FrameError("INVALID_REQUEST", "body: must be a JSON object", request_id, details)
     try:
         return request_id, parse_chat(json.dumps(body).encode())
     except HTTPError as exc:
-        raise FrameError(exc.doc["error"], exc.doc["message"], request_id) from exc
+        raise frame_error(exc, request_id) from exc
+
+
+def frame_error(exc: HTTPError, request_id: str | None) -> FrameError:
+    """The frame refusal an HTTP refusal stands for; its message names the first bad field."""
+    details = exc.doc.get("details")
+    message = exc.doc["message"]
+    if details:
+        message = f"{message}: {details[0]['field']}: {details[0]['message']}"
+    return FrameError(exc.doc["error"], message, request_id, details)
 
 
 def _frame_request_id(frame: dict[str, Any]) -> str | None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import copy
 import json
 import logging
 import time
@@ -12,10 +13,17 @@ from typing import Any
 from agentkernel.core.agent import Agent, Turn
 from agentkernel.core.blocking import call
 from agentkernel.core.errors import RetryableError
-from agentkernel.pipeline.envelope import ATTR_CHUNK_INDEX, QueueMessage, QueueName
+from agentkernel.pipeline.envelope import (
+    ATTR_CHUNK_INDEX,
+    ATTR_REQUEST_ID,
+    ATTR_TRACEPARENT,
+    QueueMessage,
+    QueueName,
+)
 from agentkernel.pipeline.frames import chunk_frame
+from agentkernel.pipeline.last_errors import cause_of
 from agentkernel.pipeline.process.metrics import METRICS
-from agentkernel.pipeline.replies import error_doc, reply_attributes
+from agentkernel.pipeline.replies import ChatTurnBody, error_doc, reply_attributes
 from agentkernel.pipeline.transport.base import QueueTransport
 
 logger = logging.getLogger(__name__)
@@ -69,6 +77,23 @@ class Streamer:
             raise RetryableError(f"chunk {index} could not be sent: {exc}") from exc
 
 
+def turn_of(
+    message: QueueMessage, body: ChatTurnBody, agent: str, key: str, state: dict[str, Any]
+) -> Turn:
+    """The turn ``message`` asks ``agent`` to run, on a copy of the session's ``state``."""
+    return Turn(
+        prompt=body.prompt,
+        session_id=body.session_id,
+        request_id=message.attributes[ATTR_REQUEST_ID],
+        agent=agent,
+        session_key=key,
+        state=copy.deepcopy(state),  # the record keeps the state before the turn
+        extra=body.model_extra or {},
+        attempt=message.receive_count,
+        traceparent=message.attributes.get(ATTR_TRACEPARENT),
+    )
+
+
 async def execute(
     agent: Agent, turn: Turn, stream: Streamer | None, turn_timeout: float | None
 ) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
@@ -110,7 +135,7 @@ async def execute(
             exc_info=True,
         )
         _finished(turn.agent, "error", started)
-        message = f"agent '{turn.agent}' failed: {type(exc).__name__}: {exc}"
+        message = f"agent '{turn.agent}' failed: {cause_of(exc)}"
         return 500, error_doc("AGENT_ERROR", message, turn.session_id, turn.request_id), None
     finally:
         METRICS.inc("agentkernel_turns_in_flight", -1)

@@ -50,6 +50,18 @@ def error_doc(code: str, message: str, session_id: str, request_id: str) -> dict
     return {"error": code, "message": message, "session_id": session_id, "request_id": request_id}
 
 
+def turn_failed_doc(attempts: int, cause: str, session_id: str, request_id: str) -> dict[str, Any]:
+    """The body of the reply to a turn that failed on every allowed delivery.
+
+    Args:
+        attempts: how many deliveries ran it.
+        cause: its last error (:func:`~agentkernel.pipeline.last_errors.cause_of`), or why it
+            is not known here.
+    """
+    text = f"the turn failed on {attempts} attempts and was abandoned; last error: {cause}"
+    return error_doc("TURN_FAILED", text, session_id, request_id)
+
+
 def reply_attributes(message: QueueMessage, request_id: str) -> dict[str, str]:
     """Attributes of a message answering ``message``: its request id and forwarded ones."""
     forwarded = {k: message.attributes[k] for k in FORWARDED_ATTRIBUTES if k in message.attributes}

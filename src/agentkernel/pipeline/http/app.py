@@ -79,6 +79,7 @@ def build_app(
     _service_routes(app, front)
     for router in routers_of(handlers):
         app.include_router(router)
+    openapi.install(app)
     return app
 
 
@@ -144,8 +145,8 @@ def _service_routes(app: FastAPI, front: ChatFront) -> None:
         """Prometheus metrics of this process."""
         return PlainTextResponse(METRICS.render(), media_type="text/plain; version=0.0.4")
 
-    app.get("/api/v1/agents", responses=openapi.PROTECTED_RESPONSES)(list_agents)
-    app.get("/health")(health)
+    app.get("/api/v1/agents", response_model=None, responses=openapi.AGENTS_RESPONSES)(list_agents)
+    app.get("/health", response_model=None, responses=openapi.HEALTH_RESPONSES)(health)
     app.get("/ready", responses=openapi.READY_RESPONSES)(ready)
     app.get("/metrics", response_class=PlainTextResponse, responses=openapi.PROTECTED_RESPONSES)(
         metrics

@@ -1,15 +1,120 @@
-"""What the OpenAPI document (``/openapi.json``, ``/docs``) says about the chat routes: their
-request body and headers, and every status each can answer."""
+"""What the OpenAPI document (``/openapi.json``, ``/docs``) says about the routes: the chat
+request body and headers, and every status each route can answer with the schema of its body,
+so a generated client is typed.
+
+The models below describe documents the front builds as plain dicts (:mod:`.answers`,
+:mod:`.replies` of ``agentkernel.pipeline``); tests/api/test_openapi.py checks real answers
+against them.
+"""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, Literal
+
+from fastapi import FastAPI
+from pydantic import BaseModel, ConfigDict, Field
 
 from agentkernel.pipeline.chat import ChatRequest
 
-_ERROR: dict[str, Any] = {
-    "content": {"application/json": {"example": {"error": "CODE", "message": "why"}}}
-}
+
+class ChatReply(BaseModel):
+    """A turn's reply."""
+
+    result: str = Field(description="The agent's answer (JSON text when it returned a dict).")
+    session_id: str
+    request_id: str = Field(description="The turn's id: poll with it, quote it in support.")
+    agent: str | None = Field(None, description="The agent that ran the turn.")
+
+
+class Accepted(BaseModel):
+    """A turn on the queue, to poll at the ``Location`` header."""
+
+    status: Literal["ACCEPTED"]
+    request_id: str
+    session_id: str
+
+
+class FieldError(BaseModel):
+    """One invalid field of a request."""
+
+    field: str = Field(description="Dotted path of the field, e.g. 'session_id'.")
+    message: str
+
+
+class ErrorDocument(BaseModel):
+    """Every error answer: a code, a message saying what was wrong, and the turn when known."""
+
+    error: str = Field(description="The code, e.g. INVALID_REQUEST, TURN_FAILED, TIMEOUT.")
+    message: str = Field(description="What was wrong, for a human; the cause when known.")
+    request_id: str | None = Field(None, description="The turn, when it was (or may be) queued.")
+    session_id: str | None = None
+    details: list[FieldError] | None = Field(None, description="INVALID_REQUEST: every field.")
+    field: str | None = Field(None, description="INVALID_TEXT: the field with a lone surrogate.")
+
+
+class AgentInfo(BaseModel):
+    """One registered agent."""
+
+    name: str
+    description: str | None = None
+    streaming: bool
+
+
+class AgentList(BaseModel):
+    """The agents of this process."""
+
+    agents: list[AgentInfo]
+
+
+class Health(BaseModel):
+    """The process answers."""
+
+    status: Literal["ok"]
+
+
+class Readiness(BaseModel):
+    """Each dependency's check (``queue``, ``response_store``, ...: ``ok`` or why not)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    status: Literal["ready", "not_ready"]
+    warnings: list[str] | None = Field(None, description="What an operator should know.")
+
+
+class NotReady(ErrorDocument, Readiness):
+    """A dependency does not answer: error NOT_READY, and each check as in :class:`Readiness`."""
+
+
+def install(app: FastAPI) -> None:
+    """Serve ``app``'s document without the untyped JSON body FastAPI adds to a route that
+    answers another media type (the event stream), so no client expects JSON there."""
+    build = app.openapi
+
+    def document() -> dict[str, Any]:
+        if app.openapi_schema is None:
+            for route in build()["paths"].values():
+                for operation in route.values():
+                    for response in operation.get("responses", {}).values():
+                        _drop_untyped_json(response.get("content", {}))
+        return app.openapi_schema  # type: ignore[return-value]  # set by build()
+
+    app.openapi = document  # type: ignore[method-assign]
+
+
+def _drop_untyped_json(content: dict[str, Any]) -> None:
+    if len(content) > 1 and content.get("application/json", {}).get("schema") == {}:
+        del content["application/json"]
+
+
+def _json(model: type[BaseModel], description: str) -> dict[str, Any]:
+    return {"model": model, "description": description}
+
+
+def _error(description: str) -> dict[str, Any]:
+    return _json(ErrorDocument, description)
+
+
+_UNAUTHORIZED = _error("Authentication is on and the credential is missing or bad.")
 POST_BODY: dict[str, Any] = {
     "requestBody": {
         "required": True,
@@ -34,69 +139,75 @@ POST_BODY: dict[str, Any] = {
 }
 POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
-        "description": "The reply: result, session_id, request_id, agent; with 'Accept: "
-        "text/event-stream', a stream of STREAM_CHUNK frames ending with a done frame."
+        **_json(
+            ChatReply,
+            "The reply; with 'Accept: text/event-stream', a stream of STREAM_CHUNK frames "
+            "ending with a done frame.",
+        ),
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    202: {"description": "Queued (async): status ACCEPTED, request_id, session_id."},
-    400: {
-        "description": "Body is not a JSON object, or the Idempotency-Key is not 1-255 "
-        "characters (INVALID_IDEMPOTENCY_KEY).",
-        **_ERROR,
-    },
-    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
-    404: {"description": "Unknown agent, or a session of another identity.", **_ERROR},
-    413: {"description": "Body larger than api.max_body_bytes.", **_ERROR},
-    422: {
-        "description": "Missing or invalid fields (INVALID_REQUEST), or an Idempotency-Key "
-        "already used for a different request (IDEMPOTENCY_KEY_REUSED).",
-        **_ERROR,
-    },
-    408: {"description": "The body did not arrive within api.body_timeout.", **_ERROR},
-    500: {"description": "The agent failed; the body explains.", **_ERROR},
-    503: {
-        "description": "Queue or reply store unavailable, or shutting down; when the turn may "
-        "have been queued, request_id and a Location to poll are included.",
-        **_ERROR,
-    },
-    504: {
-        "description": "No reply within api.sync_timeout (TIMEOUT; poll the Location), or the "
-        "agent ran past its turn deadline (TURN_TIMEOUT).",
-        **_ERROR,
-    },
+    202: _json(Accepted, "Queued (async): poll the Location header."),
+    400: _error(
+        "Body is not a JSON object, or the Idempotency-Key is not 1-255 "
+        "characters (INVALID_IDEMPOTENCY_KEY)."
+    ),
+    401: _UNAUTHORIZED,
+    404: _error("Unknown agent, or a session of another identity."),
+    413: _error("Body larger than api.max_body_bytes."),
+    422: _error(
+        "Missing or invalid fields (INVALID_REQUEST), or an Idempotency-Key "
+        "already used for a different request (IDEMPOTENCY_KEY_REUSED)."
+    ),
+    408: _error("The body did not arrive within api.body_timeout."),
+    500: _error(
+        "The turn failed: AGENT_ERROR, STATE_NOT_STORED, TURN_FAILED, REPLY_TOO_LARGE; the "
+        "message names the cause."
+    ),
+    503: _error(
+        "Queue or reply store unavailable, or shutting down; when the turn may "
+        "have been queued, request_id and a Location to poll are included."
+    ),
+    504: _error(
+        "No reply within api.sync_timeout (TIMEOUT; poll the Location), or the "
+        "agent ran past its turn deadline (TURN_TIMEOUT)."
+    ),
 }
 STREAM_RESPONSES: dict[int | str, dict[str, Any]] = {
     200: {
         "description": "text/event-stream of STREAM_CHUNK frames after Last-Event-ID, then done.",
-        "content": {"text/event-stream": {}},
+        "content": {"text/event-stream": {"schema": {"type": "string"}}},
     },
-    400: {"description": "The request_id query parameter is missing.", **_ERROR},
-    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
+    400: _error("The request_id query parameter is missing."),
+    401: _UNAUTHORIZED,
 }
 GET_RESPONSES: dict[int | str, dict[str, Any]] = {
-    200: {"description": "The reply."},
-    400: {
-        "description": "The request_id (or, on the query form, the session_id) query parameter "
-        "is missing.",
-        **_ERROR,
-    },
-    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
-    404: {
-        "description": "No reply to read: error PENDING (with Retry-After) while the turn runs, "
-        "NOT_FOUND for an unknown, expired or another session's request.",
-        **_ERROR,
-    },
-    500: {"description": "The stored reply of a turn whose agent failed.", **_ERROR},
-    503: {"description": "The reply store is unreachable; retry later.", **_ERROR},
-    504: {"description": "The stored reply of a turn past its deadline (TURN_TIMEOUT).", **_ERROR},
+    200: _json(ChatReply, "The reply."),
+    400: _error(
+        "The request_id (or, on the query form, the session_id) query parameter is missing."
+    ),
+    401: _UNAUTHORIZED,
+    404: _error(
+        "No reply to read: error PENDING (with Retry-After) while the turn runs, "
+        "NOT_FOUND for an unknown, expired or another session's request."
+    ),
+    500: _error("The stored reply of a turn that failed (as POST's 500)."),
+    503: _error("The reply store is unreachable; retry later."),
+    504: _error("The stored reply of a turn past its deadline (TURN_TIMEOUT)."),
 }
 #: Answers of the routes outside the chat API that need a credential when auth is on.
 PROTECTED_RESPONSES: dict[int | str, dict[str, Any]] = {
-    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
+    401: _UNAUTHORIZED,
 }
+AGENTS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _json(AgentList, "The agents registered in this process."),
+    401: _UNAUTHORIZED,
+}
+HEALTH_RESPONSES: dict[int | str, dict[str, Any]] = {200: _json(Health, "The process answers.")}
 READY_RESPONSES: dict[int | str, dict[str, Any]] = {
-    503: {
-        "description": "The broker or the response store does not answer: error NOT_READY, "
+    200: _json(Readiness, "The broker and the stores answer."),
+    503: _json(
+        NotReady,
+        "The broker or the response store does not answer: error NOT_READY, "
         "with which one in the body.",
-        **_ERROR,
-    },
+    ),
 }

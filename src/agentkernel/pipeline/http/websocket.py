@@ -29,6 +29,7 @@ from agentkernel.pipeline.chat import (
     ChatRequest,
     FrameError,
     HTTPError,
+    frame_error,
     parse_frame,
     system_response,
 )
@@ -104,7 +105,8 @@ class ChatSocket:
             request_id = await front.socket_request_id(client_id, identity)
             await front.enqueue(chat, request_id, identity=identity)
         except FrameError as exc:
-            await self.send(system_response(exc.code, str(exc), exc.request_id or client_id))
+            shown = exc.request_id or client_id
+            await self.send(system_response(exc.code, str(exc), shown, exc.details))
             return
         except Exception as exc:  # an HTTPError from validation or the enqueue
             doc = getattr(exc, "doc", {"error": "INTERNAL", "message": "the turn failed"})
@@ -121,7 +123,7 @@ class ChatSocket:
         try:
             return self.handler.check_chat(chat)
         except HTTPError as exc:
-            raise FrameError(exc.doc["error"], exc.doc["message"], request_id) from exc
+            raise frame_error(exc, request_id) from exc
 
     async def _answer(self, chat: ChatRequest, request_id: str, shown: str) -> None:
         try:

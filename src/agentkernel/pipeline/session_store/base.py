@@ -21,7 +21,7 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from agentkernel.core.errors import StaleSessionError
+from agentkernel.core.errors import SessionStateError, StaleSessionError
 from agentkernel.pipeline.position import Position
 
 #: How many committed request ids a record remembers. The applied position recognises older
@@ -123,7 +123,7 @@ class SessionRecord:
         """JSON text of the record (without the version, which stores keep beside it).
 
         Raises:
-            TypeError: the state is not JSON-serialisable.
+            SessionStateError: the state is not JSON-serialisable.
         """
         last = None if self.last is None else _outcome_doc(self.last)
         doc = {"format": RECORD_FORMAT, "state": self.state, "turns": list(self.committed)}
@@ -131,7 +131,10 @@ class SessionRecord:
         applied = None if self.applied is None else self.applied.to_doc()
         optional = {"trial": self.trial, "owner": self.owner, "applied": applied}
         optional["adopted_by"] = self.adopted_by
-        return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
+        try:
+            return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
+        except (TypeError, ValueError) as exc:  # ValueError: a circular reference
+            raise SessionStateError(f"the session state is not JSON-serialisable: {exc}") from exc
 
     @classmethod
     def decode(cls, text: str | bytes, version: int) -> SessionRecord:
@@ -184,7 +187,7 @@ class SessionStore(ABC):
         Raises:
             StaleSessionError: the stored version differs; nothing was written.
             SessionStoreError: the backend failed.
-            TypeError: the state is not JSON-serialisable.
+            SessionStateError: the state is not JSON-serialisable, or too large for the store.
         """
 
     def commit(
@@ -202,6 +205,7 @@ class SessionStore(ABC):
 
         Raises:
             StaleSessionError: another attempt committed since ``base`` was read.
+            SessionStateError: the state is not JSON-serialisable, or too large for the store.
         """
         record = base.advance(outcome, state, position)
         self.write(session_id, record, expected_version=base.version)
@@ -215,7 +219,7 @@ class SessionStore(ABC):
         """Replace the session's state outside any turn (tools, migrations, tests).
 
         Raises:
-            TypeError: the state is not JSON-serialisable.
+            SessionStateError: the state is not JSON-serialisable, or too large for the store.
         """
         for _ in range(16):
             record = self.read(session_id)

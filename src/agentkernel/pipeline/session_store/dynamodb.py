@@ -3,7 +3,9 @@ TTL attribute ``expiry_time``. A commit is one conditional put on ``v``.
 
 Every botocore exception is mapped by :mod:`agentkernel.core.botocore_errors`, with the response
 store's rule: throttling, a server error or an unreachable endpoint becomes
-:class:`SessionStoreUnavailableError` (worth retrying), anything else :class:`SessionStoreError`.
+:class:`SessionStoreUnavailableError` (worth retrying), anything else :class:`SessionStoreError`;
+a record over DynamoDB's 400 KB item limit is :class:`SessionStateError` (the agent's state is
+too large, and every attempt would be refused alike).
 """
 
 from __future__ import annotations
@@ -20,6 +22,7 @@ from agentkernel.core.botocore_errors import (
     table_check,
 )
 from agentkernel.core.errors import (
+    SessionStateError,
     SessionStoreError,
     SessionStoreUnavailableError,
     StaleSessionError,
@@ -86,6 +89,11 @@ class DynamoDBSessionStore(SessionStore):
                     **({"ExpressionAttributeValues": values} if values else {}),
                 )
         except SessionStoreError as exc:
+            if _too_large(exc.__cause__):
+                raise SessionStateError(
+                    f"the session record is {len(item['doc']['S'].encode())} bytes; "
+                    f"DynamoDB refused it ({exc.__cause__}); an item holds at most 400 KB"
+                ) from exc.__cause__
             if error_code(exc.__cause__) != CONDITION_FAILED:
                 raise
             raise StaleSessionError(
@@ -101,3 +109,8 @@ class DynamoDBSessionStore(SessionStore):
             failed=SessionStoreError,
         ):
             self._client.get_item(TableName=self._table, Key={"session_id": {"S": _PROBE}})
+
+
+def _too_large(exc: BaseException | None) -> bool:
+    """Whether DynamoDB refused an item for its size (400 KB), which no retry changes."""
+    return error_code(exc) == "ValidationException" and "size" in str(exc).lower()

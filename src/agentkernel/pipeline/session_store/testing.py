@@ -15,7 +15,7 @@ import uuid
 
 import pytest
 
-from agentkernel.core.errors import StaleSessionError
+from agentkernel.core.errors import SessionStateError, StaleSessionError
 from agentkernel.pipeline.session_store.base import (
     REMEMBERED_TURNS,
     SessionRecord,
@@ -108,7 +108,7 @@ class SessionStoreContract:
 
     def test_state_that_is_not_json_is_refused(self) -> None:
         store, session = self.make_store(), self.session()
-        with pytest.raises(TypeError):
+        with pytest.raises(SessionStateError, match="not JSON-serialisable"):
             store.commit(session, store.read(session), _outcome(), {"bad": object()})
         assert store.read(session).version == 0
 

@@ -66,6 +66,9 @@ class BookkeepingStore(ABC):
     def claim_dedup(self, dedup_id: str, owner: str, window: float) -> bool:
         """Claim ``dedup_id`` for ``window`` seconds; ``True`` when ``owner`` holds the claim."""
 
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release the store's connections."""
+
 
 class InMemoryBookkeepingStore(BookkeepingStore):
     """Process-local bookkeeping. Args: clock: time source in seconds (tests move it)."""
@@ -168,3 +171,6 @@ class RedisBookkeepingStore(BookkeepingStore):
             return holder is None or holder == owner
 
         return bool(self._run("claim_dedup", claim))
+
+    def close(self) -> None:
+        self._redis.close()

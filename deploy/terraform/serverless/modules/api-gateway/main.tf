@@ -24,7 +24,7 @@ resource "aws_apigatewayv2_integration" "request_handler" {
 }
 
 resource "aws_apigatewayv2_route" "route" {
-  #checkov:skip=CKV_AWS_309:agentkernel has no authentication yet; attach a JWT authorizer of your identity provider to these routes, or keep the API private
+  #checkov:skip=CKV_AWS_309:The identity provider is yours: attach its JWT authorizer to these routes (the request handler takes the caller's identity from its sub claim, docs/serverless.md), or keep the API private
   for_each = local.routes
 
   api_id    = aws_apigatewayv2_api.http.id

@@ -1,13 +1,18 @@
-"""Which incarnation of a topic a consumer reads: the broker's topic id.
+"""Which cluster and which incarnation of a topic a consumer reads.
 
 A topic that is deleted and created again (or a broker that kept its topics in memory and
 restarted) numbers its offsets from 0 again. Positions handed to the runner name the topic id
 with the partition, so an offset of the new topic is never compared with one of the old.
+
+The bookkeeping keys (receive counts, finished offsets, dedup claims) name the cluster id with
+the consumer group, so two clusters whose groups and topics have the same names can share one
+Redis without one's records being skipped or dropped as duplicates of the other's.
 """
 
 from __future__ import annotations
 
 import logging
+import re
 from typing import Any
 
 from confluent_kafka import KafkaException, TopicCollection
@@ -33,6 +38,31 @@ def topic_ids(admin: Any, topics: list[str], timeout: float) -> dict[str, str | 
             exc,
         )
     return ids
+
+
+def cluster_id(admin: Any, timeout: float) -> str | None:
+    """The id the cluster reports (``None`` when it reports none or does not answer)."""
+    try:
+        found = admin.list_topics(timeout=timeout).cluster_id
+    except (KafkaException, TimeoutError) as exc:
+        logger.warning("Kafka did not report its cluster id (%s)", exc)
+        return None
+    return str(found) if found else None
+
+
+def bookkeeping_prefix(cluster: str | None, group: str, bootstrap: str = "") -> str:
+    """The key prefix of a consumer group's bookkeeping: ``ak:<cluster id>:<group>:``.
+
+    A cluster that reports no id is named by its sorted bootstrap servers instead. Characters
+    that would split a key (``:``) or form a Redis Cluster hash tag (``{}``) become ``_``.
+    """
+    if cluster is None:
+        servers = sorted(s.strip() for s in bootstrap.split(",") if s.strip())
+        cluster = "bootstrap=" + ",".join(servers)
+    return f"ak:{_UNSAFE.sub('_', cluster)}:{group}:"
+
+
+_UNSAFE = re.compile(r"[:{}\s]")
 
 
 def unit_of(topic: str, partition: int, topic_id: str | None) -> str | None:

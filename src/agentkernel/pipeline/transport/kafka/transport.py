@@ -26,7 +26,11 @@ from agentkernel.pipeline.transport.bookkeeping import (
 )
 from agentkernel.pipeline.transport.kafka.consumer import KafkaConsumer
 from agentkernel.pipeline.transport.kafka.errors import error_code, kafka_errors
-from agentkernel.pipeline.transport.kafka.identity import topic_ids
+from agentkernel.pipeline.transport.kafka.identity import (
+    bookkeeping_prefix,
+    cluster_id,
+    topic_ids,
+)
 from agentkernel.pipeline.transport.kafka.partitions import ATTR_PREFIX, DEDUP_HEADER
 
 logger = logging.getLogger(__name__)
@@ -50,11 +54,15 @@ class KafkaTransport(QueueTransport):
             QueueName.INPUT: settings.input_topic,
             QueueName.OUTPUT: settings.output_topic,
         }
-        self.bookkeeping = bookkeeping if bookkeeping is not None else _bookkeeping(settings)
         self._producer: Any = None
         self._lock = threading.Lock()
         with kafka_errors("admin client", key=_CLIENT_KEY):
             self._admin = AdminClient(self._conf())
+        self._owns_bookkeeping = bookkeeping is None
+        if bookkeeping is None:
+            cluster = cluster_id(self._admin, settings.metadata_timeout)
+            bookkeeping = _bookkeeping(settings, cluster)
+        self.bookkeeping = bookkeeping
         self._check_topics()
         #: Topic name -> the broker's topic id (``None``: not reported), naming positions.
         self.topic_ids = topic_ids(
@@ -198,6 +206,8 @@ class KafkaTransport(QueueTransport):
             producer, self._producer = self._producer, None
         if producer is not None:
             producer.flush(5)
+        if self._owns_bookkeeping:
+            self.bookkeeping.close()
 
 
 def _created(future: Any, timeout: float) -> None:
@@ -209,10 +219,11 @@ def _created(future: Any, timeout: float) -> None:
             raise
 
 
-def _bookkeeping(settings: KafkaQueueConfig) -> BookkeepingStore:
+def _bookkeeping(settings: KafkaQueueConfig, cluster: str | None) -> BookkeepingStore:
     require_shared(settings)
     if settings.bookkeeping != "in_memory":
-        return RedisBookkeepingStore(settings.bookkeeping_redis_url, f"ak:{settings.group_id}:")
+        prefix = bookkeeping_prefix(cluster, settings.group_id, settings.bootstrap_servers)
+        return RedisBookkeepingStore(settings.bookkeeping_redis_url, prefix)
     logger.warning(
         "Kafka receive counts and dedup are kept in memory: they reset when a worker restarts; "
         "set execution.queues.kafka.bookkeeping: redis to keep them exact"

@@ -1,0 +1,220 @@
+"""The container image's dependency set runs the commands the artifacts give it, without Docker.
+
+A virtual environment gets exactly what the image's build stage installs (the project with the
+Dockerfile's ``EXTRAS``, wheels only), and the files its final stage copies to ``/app``. Every
+command of the Dockerfile, the Kubernetes overlays and the ECS Terraform then runs from there,
+against moto's SQS and DynamoDB with the fake OpenAI server, until it answers a turn.
+"""
+
+from __future__ import annotations
+
+import re
+import shutil
+import signal
+import subprocess
+import time
+import uuid
+from collections.abc import Iterator
+from pathlib import Path
+
+import boto3
+import httpx
+import pytest
+
+from agentkernel.testing.fake_openai import FakeOpenAI
+from tests import servers
+from tests.deploy import artifacts as a
+from tests.deploy.test_image import image_commands, image_files
+from tests.transports.test_sqs import create_fifo
+
+pytestmark = [pytest.mark.aws, pytest.mark.slow]
+
+#: The fake model's answer to the example agent's first turn.
+FIRST_ANSWER = "[Assistant] You said: hi. (1 messages from you so far.)"
+
+
+def image_extras() -> str:
+    """The extras the build stage installs: the default of its ``ARG EXTRAS``."""
+    build = a.dockerfile_stages()[0]
+    [extras] = [args.split("=", 1)[1] for i, args in build if i == "ARG" and "EXTRAS=" in args]
+    assert re.fullmatch(r"[a-z0-9,]+", extras), extras
+    return extras
+
+
+@pytest.fixture(scope="module")
+def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A directory like the image: ``venv/`` with the image's packages, ``app/`` its files."""
+    root = tmp_path_factory.mktemp("image")
+    venv = root / "venv"
+    subprocess.run([servers.PYTHON, "-m", "venv", str(venv)], check=True)
+    wheels = root / "wheels"
+    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary=:all:"]
+    # As the build stage does: a wheel of the project, installed with the image's extras.
+    subprocess.run(
+        [*pip[:3], "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), str(a.ROOT)],
+        check=True,
+        timeout=300,
+    )
+    [wheel] = wheels.glob("agentkernel-*.whl")
+    subprocess.run([*pip, f"{wheel}[{image_extras()}]"], check=True, timeout=600)
+    app = root / "app"
+    app.mkdir()
+    for target, source in image_files().items():
+        if target.startswith("/app/"):
+            shutil.copy(source, app / Path(target).name)
+    return root
+
+
+class ImageDeployment:
+    """Queues and tables on moto; processes started as the image starts them."""
+
+    def __init__(self, image: Path, model: FakeOpenAI) -> None:
+        self.image, self.port = image, servers.free_port()
+        self.env = {
+            "PATH": f"{image / 'venv' / 'bin'}:/usr/bin:/bin",
+            "HOME": str(image),
+            **model.env(),
+            "OPENAI_AGENTS_DISABLE_TRACING": "1",
+            "AK_API__PORT": str(self.port),
+        }
+        self.procs: list[subprocess.Popen[str]] = []
+        self.client = httpx.Client(base_url=f"http://127.0.0.1:{self.port}", timeout=60)
+
+    def split(self, moto_url: str) -> ImageDeployment:
+        """Configure the split topology: SQS queues and DynamoDB tables on moto."""
+        tag = uuid.uuid4().hex[:10]
+        self.env |= {
+            **servers.aws_env(moto_url),
+            "AK_EXECUTION__QUEUES__TYPE": "sqs",
+            "AK_EXECUTION__QUEUES__INPUT__URL": create_fifo(f"in-{tag}"),
+            "AK_EXECUTION__QUEUES__OUTPUT__URL": create_fifo(f"out-{tag}"),
+            "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": "1",
+            "AK_EXECUTION__RESPONSE_STORE__TYPE": "dynamodb",
+            "AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME": table(f"r-{tag}", "request_id"),
+            "AK_SESSION__TYPE": "dynamodb",
+            "AK_SESSION__DYNAMODB__TABLE_NAME": table(f"s-{tag}", "session_id"),
+        }
+        return self
+
+    def start(self, argv: list[str]) -> subprocess.Popen[str]:
+        """Run an image command (``/app/...`` paths are the image's files)."""
+        app = self.image / "app"
+        args = [str(app / a.removeprefix("/app/")) if a.startswith("/app/") else a for a in argv]
+        proc = subprocess.Popen(
+            args,
+            env=self.env,
+            cwd=app,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        self.procs.append(proc)
+        return proc
+
+    def answer(self, session: str) -> httpx.Response:
+        """Wait for the IO process to be healthy, then run one turn."""
+        for _ in range(300):
+            assert all(p.poll() is None for p in self.procs), self.stop()
+            try:
+                if self.client.get("/health").status_code == 200:
+                    break
+            except httpx.HTTPError:
+                pass
+            time.sleep(0.1)
+        return self.client.post("/api/v1/chat", json={"session_id": session, "prompt": "hi"})
+
+    def healthcheck(self) -> int:
+        """Exit code of the image's HEALTHCHECK against the running IO process."""
+        return self.start(["python", "/app/healthcheck.py"]).wait(30)
+
+    def stop(self) -> str:
+        """SIGTERM every process; returns their stderr (for a failed assertion)."""
+        self.client.close()
+        for proc in self.procs:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+        return "\n".join(proc.communicate(timeout=30)[1] for proc in self.procs)
+
+
+def table(name: str, key: str) -> str:
+    boto3.client("dynamodb").create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": key, "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": key, "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    return name
+
+
+def commands(kind: str) -> list[list[str]]:
+    """The distinct commands of the artifacts that start an IO process, a runner, or both."""
+    found: list[list[str]] = []
+    for argv in image_commands().values():
+        role = {"io": "io", "runner": "runner", "serve": "embedded"}.get(argv[1])
+        if role is None:
+            role = "runner" if "runner" in argv[1] else "io"
+        if role == kind and argv not in found:
+            found.append(argv)
+    return found
+
+
+@pytest.fixture
+def model() -> Iterator[FakeOpenAI]:
+    with FakeOpenAI() as server:
+        yield server
+
+
+def test_the_image_extras_include_what_the_runner_file_imports() -> None:
+    """The runner file the image ships is an OpenAI Agents SDK agent: the image has the SDK."""
+    assert "openai" in image_extras().split(",")
+
+
+def test_every_io_and_runner_command_answers_a_turn(
+    image: Path, aws: str, model: FakeOpenAI
+) -> None:
+    """Each IO command with a runner command (the split topology the artifacts deploy), until
+    every distinct command of both kinds has answered a turn."""
+    ios, runners = commands("io"), commands("runner")
+    assert ["agentkernel", "io"] in ios and ["python", "/app/app_agent_runner.py"] in runners
+    for pair in range(max(len(ios), len(runners))):
+        io, runner = ios[pair % len(ios)], runners[pair % len(runners)]
+        deployment = ImageDeployment(image, model).split(aws)
+        try:
+            deployment.start(io)
+            deployment.start(runner)
+            response = deployment.answer("split")
+            assert response.status_code == 200, (io, runner, response.text)
+            assert response.json()["result"] == FIRST_ANSWER
+            assert deployment.healthcheck() == 0
+        finally:
+            errors = deployment.stop()
+        assert all(proc.returncode == 0 for proc in deployment.procs), (io, runner, errors)
+
+
+def test_the_embedded_command_answers_a_turn(image: Path, model: FakeOpenAI) -> None:
+    [serve] = commands("embedded")
+    deployment = ImageDeployment(image, model)
+    try:
+        deployment.start(serve)
+        response = deployment.answer("embedded")
+        assert response.status_code == 200, response.text
+        assert response.json()["result"] == FIRST_ANSWER
+    finally:
+        errors = deployment.stop()
+    assert all(proc.returncode == 0 for proc in deployment.procs), errors
+
+
+def test_every_transport_of_the_overlays_imports_in_the_image(image: Path) -> None:
+    """The overlays run the same commands on NATS and Kafka: their clients are in the image."""
+    modules = [
+        "agentkernel.pipeline.transport.nats",
+        "agentkernel.pipeline.transport.kafka",
+        "agentkernel.pipeline.transport.sqs",
+        "agentkernel.pipeline.session_store.redis",
+        "agentkernel.pipeline.response_store.dynamodb",
+        "agentkernel.openai",
+    ]
+    code = "import importlib, sys; [importlib.import_module(m) for m in sys.argv[1:]]"
+    python = str(image / "venv" / "bin" / "python")
+    done = subprocess.run([python, "-c", code, *modules], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
