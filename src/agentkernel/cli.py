@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from agentkernel import __version__
+from agentkernel.core import logs
 from agentkernel.core.agent import Agent, AgentRegistry, Module
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
-from agentkernel.core.redact import PrintableFilter
 
 
 def load_agents(spec: str) -> None:
@@ -76,7 +76,7 @@ def _configure(args: argparse.Namespace) -> AKConfig:
     )
     config = config.model_copy(update={"api": api})
     AKConfig.set(config)
-    logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
+    logs.configure(config.logging, getattr(args, "log_level", None))
     return config
 
 
@@ -180,6 +180,9 @@ def _chat(args: argparse.Namespace) -> int:
     return 0
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -211,6 +214,12 @@ def build_parser() -> argparse.ArgumentParser:
                 help="log one line per request (api.access_log)",
             )
         cmd.add_argument("--config", help="config.yaml to read (default ./config.yaml)")
+        cmd.add_argument(
+            "--log-level",
+            type=str.upper,
+            choices=LOG_LEVELS,
+            help="lowest level of the agentkernel loggers (logging.ak.level)",
+        )
     chat = sub.add_parser("chat", help="send a chat turn (or, without PROMPT, chat line by line)")
     chat.add_argument("prompt", nargs="?", help="the message; omit it for an interactive session")
     chat.add_argument("--session", required=True, help="session id")
@@ -235,12 +244,7 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    for log_handler in logging.getLogger().handlers:  # one record, one line
-        log_handler.addFilter(PrintableFilter())
+    logs.configure(level=getattr(args, "log_level", None))
     try:
         if args.command == "chat":
             return _chat(args)

@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import ClassVar
 
 from agentkernel.aws.settings import ecs_config
+from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
@@ -57,6 +58,7 @@ class ECSSQSConsumer(QueueConsumer):
     @classmethod
     def run(cls) -> None:
         """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash)."""
+        logs.configure_unless_configured(ecs_config().logging)
         consumer = cls.from_environment()
         ThreadRunner.install_signal_handlers()
         consumer.consumer_loop().run()  # type: ignore[attr-defined]
@@ -72,6 +74,15 @@ class ECSAgentRunner(ECSSQSConsumer, AgentRunner):
         config = ecs_config()
         AKConfig.set(config)
         return cls(config, AgentRegistry.default())
+
+    @classmethod
+    def run(cls) -> None:
+        """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash); with
+        ``execution.runner.health_port`` set, serve health, readiness and metrics on it."""
+        logs.configure_unless_configured(ecs_config().logging)
+        runner = cls.from_environment()
+        ThreadRunner.install_signal_handlers()
+        runner.serve()
 
 
 class ECSOutputConsumer(ECSSQSConsumer, ResponseHandler):
@@ -101,6 +112,7 @@ class ECSIOHandler(IOHandler):
     def run(cls, with_runner: bool | None = False) -> None:
         """Container entry: serve until SIGTERM, drain the OUTPUT consumers, exit 0."""
         config = ecs_config()
+        logs.configure_unless_configured(config.logging)
         if not create_response_store(config.execution.response_store).shared:
             raise AKConfigError(
                 "execution.response_store.dynamodb.table_name: the IO container needs a shared "

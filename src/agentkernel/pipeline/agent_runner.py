@@ -23,6 +23,7 @@ import functools
 import json
 import logging
 import threading
+import time
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -51,6 +52,7 @@ from agentkernel.pipeline.envelope import (
 )
 from agentkernel.pipeline.execution import Streamer, execute
 from agentkernel.pipeline.last_errors import LastErrors
+from agentkernel.pipeline.process.health_server import HealthServer
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.replies import (
@@ -70,6 +72,7 @@ from agentkernel.pipeline.session_store import (
 )
 from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.turn_log import turn_finished
 
 logger = logging.getLogger(__name__)
 
@@ -120,8 +123,23 @@ class AgentRunner(QueueConsumer):
         runner.serve()
 
     def serve(self) -> None:
-        """Consume INPUT until shutdown (blocks), then close the transport."""
-        self.consumer_loop().run(close=[self.transport.close])
+        """Consume INPUT until shutdown (blocks), then close the transport.
+
+        With ``execution.runner.health_port`` set, ``/health``, ``/ready`` and ``/metrics`` are
+        served on it meanwhile (:mod:`agentkernel.pipeline.process.health_server`).
+        """
+        probe = self._health_server()
+        try:
+            self.consumer_loop().run(close=[self.transport.close])
+        finally:
+            if probe is not None:
+                probe.stop()
+
+    def _health_server(self) -> HealthServer | None:
+        if self.runner.health_port is None:
+            return None
+        checks = {"broker": self.transport.ping, "session_store": self.sessions.ping}
+        return HealthServer(self.runner.health_host, self.runner.health_port, checks).start()
 
     def handling(self) -> MessageHandling:
         """What each INPUT message goes through (on threads or on an event loop)."""
@@ -219,9 +237,11 @@ class AgentRunner(QueueConsumer):
         )
         streamed = body.stream or self.stream_all or ATTR_STREAM in message.attributes
         stream = self._streamer(message, turn) if streamed else None
+        started = time.perf_counter()
         status, doc, state = await execute(agent, turn, stream, self.runner.turn_timeout)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, state)
+        turn_finished(turn, status, doc, time.perf_counter() - started)
 
     async def on_undecodable(self, message: QueueMessage) -> None:
         """Answer 400 a message the transport could not decode, when its request id is known."""

@@ -123,15 +123,15 @@ class ShutdownOrder:
         first; a turn that cannot run in time is logged and its caller answered 503.
         """
         budget = self.config.execution.runner.drain_timeout
-        deadline = time.monotonic() + budget
+        began = time.monotonic()
         self._drain_local(QueueName.INPUT, budget)
-        loop.stop(drain_timeout=max(deadline - time.monotonic(), 0.0))
+        loop.stop(drain_timeout=max(began + budget - time.monotonic(), 0.0), since=began)
         if not loop.wait_stopped(budget + STEP_MARGIN_SECONDS):
             logger.error("the embedded runner did not stop in time")
         queues = self._process_queues()
         if queues is not None:
             for message in queues.purge(QueueName.INPUT):
-                self._abandon(message)
+                self._abandon(message, started=message.message_id in loop.handling.handed_back)
 
     def _process_queues(self) -> ProcessQueues | None:
         if not self.transport.queues_in_process:
@@ -145,19 +145,28 @@ class ShutdownOrder:
         if queues is not None:
             wait_until(lambda: not (queues.depth(queue) or queues.in_flight(queue)), seconds)
 
-    def _abandon(self, message: QueueMessage) -> None:
-        """A turn the embedded runner could not run before exit: log it, answer its caller."""
+    def _abandon(self, message: QueueMessage, started: bool) -> None:
+        """A turn the embedded runner could not finish before exit: log it, answer its caller.
+
+        Args:
+            started: the turn was running when the drain ended (rather than still queued).
+        """
         request_id = message.attributes.get(ATTR_REQUEST_ID, "")
         session_id = message.group_id or ""
         logger.error(
-            "turn %s of session %s was not run before shutdown (delivery %s); it is lost",
+            "turn %s of session %s was %s before shutdown (delivery %s); it is lost",
             request_id or message.message_id,
             session_id,
+            "cut short: it did not finish" if started else "not run",
             message.receive_count,
         )
         if not request_id:
             return
-        text = "the server stopped before this turn could run; send it again"
+        text = (
+            "the server stopped while this turn was running, before it finished; send it again"
+            if started
+            else "the server stopped before this turn could run; send it again"
+        )
         doc = error_doc("SHUTTING_DOWN", text, session_id, request_id)
         try:
             self.store.put(ResponseRecord(request_id, session_id, 503, doc))
