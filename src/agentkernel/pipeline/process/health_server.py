@@ -70,7 +70,7 @@ class HealthServer:
             ) from exc
         self._server.daemon_threads = True
         self._thread = threading.Thread(
-            target=self._server.serve_forever, name="health-http", daemon=True
+            target=self._server.serve_forever, args=(0.1,), name="health-http", daemon=True
         )
 
     @property
