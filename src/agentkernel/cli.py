@@ -218,7 +218,7 @@ def build_parser() -> argparse.ArgumentParser:
             "--log-level",
             type=str.upper,
             choices=LOG_LEVELS,
-            help="lowest level of the agentkernel loggers (logging.ak.level)",
+            help="lowest level logged (overrides logging.ak.level)",
         )
     chat = sub.add_parser("chat", help="send a chat turn (or, without PROMPT, chat line by line)")
     chat.add_argument("prompt", nargs="?", help="the message; omit it for an interactive session")

@@ -139,7 +139,8 @@ def configure(settings: LogSettings | None = None, level: str | None = None) -> 
     Args:
         settings: ``AKConfig.logging`` (format and the ``agentkernel`` loggers' level); default:
             text at INFO.
-        level: the ``agentkernel`` loggers' level, overriding ``settings`` (``--log-level``).
+        level: the level of every logger, overriding ``settings`` (``--log-level``); without
+            it, ``agentkernel`` loggers log at ``settings.ak.level`` and others at INFO.
 
     Raises:
         ValueError: ``level`` is not a level name.
@@ -156,7 +157,7 @@ def configure(settings: LogSettings | None = None, level: str | None = None) -> 
     handler.addFilter(ContextFilter())
     handler.addFilter(PrintableFilter())
     root.addHandler(handler)
-    root.setLevel(logging.INFO)
+    root.setLevel(ak_level if level else logging.INFO)
     logging.getLogger("agentkernel").setLevel(ak_level)
     logging.getLogger("httpx").setLevel(logging.WARNING)  # one line per HTTP call otherwise
 
