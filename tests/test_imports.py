@@ -5,7 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-OPTIONAL = ("boto3", "botocore", "nats", "confluent_kafka", "redis", "agents", "openai")
+OPTIONAL = (
+    "boto3",
+    "botocore",
+    "nats",
+    "confluent_kafka",
+    "redis",
+    "agents",
+    "openai",
+    "opentelemetry",
+)
 CORE_MODULES = (
     "agentkernel",
     "agentkernel.core.config",
@@ -15,6 +24,10 @@ CORE_MODULES = (
     "agentkernel.pipeline.process.thread_runner",
     "agentkernel.pipeline.transport.base",
     "agentkernel.pipeline.transport.in_memory",
+    "agentkernel.pipeline.tracing",
+    "agentkernel.pipeline.front",
+    "agentkernel.pipeline.consumer.handling",
+    "agentkernel.pipeline.agent_runner",
 )
 
 

@@ -19,7 +19,9 @@ from tests.e2e.test_ecs import EcsDeployment
 
 pytestmark = [pytest.mark.aws, pytest.mark.slow]
 
-TEXT_LINE = re.compile(r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) ")
+TEXT_LINE = re.compile(
+    r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d,\d{3} (DEBUG|INFO|WARNING|ERROR|CRITICAL) "
+)
 
 
 @pytest.fixture

@@ -49,12 +49,12 @@ def test_unknown_ids_are_left_out_rather_than_empty() -> None:
 
 
 def test_client_text_cannot_split_a_json_line() -> None:
-    hostile = "s\n{\"level\": \"ERROR\"}\u2028\x1b[31m\ud800"
+    hostile = 's\n{"level": "ERROR"}\u2028\x1b[31m\ud800'
     line = logs.JsonFormatter().format(record("session %s", hostile, session_id=hostile))
     assert "\n" not in line and "\u2028" not in line and "\x1b" not in line
     assert line.isascii()
     doc = json.loads(line)
-    assert doc["session_id"] == "s\\n{\"level\": \"ERROR\"}\\u2028\\x1b[31m\\ud800"
+    assert doc["session_id"] == 's\\n{"level": "ERROR"}\\u2028\\x1b[31m\\ud800'
 
 
 def test_an_exception_is_one_field_of_the_line() -> None:
@@ -118,7 +118,10 @@ def test_an_unknown_level_is_refused(root: logging.Logger) -> None:
 @pytest.mark.parametrize(
     ("header", "trace_id"),
     [
-        ("00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01", "4bf92f3577b34da6a3ce929d0e0e4736"),
+        (
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "4bf92f3577b34da6a3ce929d0e0e4736",
+        ),
         ("", None),
         (None, None),
         ("garbage", None),

@@ -29,9 +29,9 @@ class Served:
     def __init__(self, *flags: str, env: dict[str, str] | None = None) -> None:
         self.port = servers.free_port()
         self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "agentkernel", "serve", str(AGENTS), "--port"]
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "agentkernel", "serve", str(AGENTS), "--port", str(self.port)]
-            + list(flags),
+            [*command, str(self.port), *flags],
             cwd=ROOT,
             env={**os.environ, "PYTHONPATH": str(ROOT / "src"), **(env or {})},
             stdout=subprocess.DEVNULL,

@@ -14,6 +14,7 @@ from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
@@ -60,6 +61,7 @@ class ECSSQSConsumer(QueueConsumer):
         """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash)."""
         logs.configure_unless_configured(ecs_config().logging)
         consumer = cls.from_environment()
+        tracing.export_if_configured()
         ThreadRunner.install_signal_handlers()
         consumer.consumer_loop().run()  # type: ignore[attr-defined]
 

@@ -38,6 +38,7 @@ from agentkernel.core.errors import (
     StoreDataLostError,
 )
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.isolation import LastAttempt
@@ -128,6 +129,7 @@ class AgentRunner(QueueConsumer):
         With ``execution.runner.health_port`` set, ``/health``, ``/ready`` and ``/metrics`` are
         served on it meanwhile (:mod:`agentkernel.pipeline.process.health_server`).
         """
+        tracing.export_if_configured()
         probe = self._health_server()
         try:
             self.consumer_loop().run(close=[self.transport.close])

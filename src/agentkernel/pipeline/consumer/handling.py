@@ -32,6 +32,7 @@ from agentkernel.core import logs
 from agentkernel.core.blocking import call
 from agentkernel.core.errors import RetryableError
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.consumer.base import Handler, as_async, is_async_callable
 from agentkernel.pipeline.consumer.isolation import Isolation, is_suspect
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
@@ -46,6 +47,9 @@ from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 logger = logging.getLogger(__name__)
+
+#: The span of a turn on each side of the queue (:mod:`agentkernel.pipeline.tracing`).
+SPAN_NAMES = {"input": "run", "output": "deliver"}
 
 
 @dataclass(frozen=True)
@@ -189,7 +193,7 @@ class MessageHandling:
     async def _handle(
         self, consumer: TransportConsumer, message: QueueMessage, holding: Callable[[], None]
     ) -> None:
-        with _log_context(message):  # this task's log records name the message's turn
+        with _log_context(message), self._span(message):  # this task's records name the turn
             await self._handle_in_context(consumer, message, holding)
 
     async def _handle_in_context(
@@ -237,6 +241,7 @@ class MessageHandling:
                 await call(consumer.nonblocking, consumer.ack, message)
                 logger.debug("acked %s", message.message_id)
         except Exception as exc:
+            tracing.failed(exc)
             self._log_failure(message, exc)
             await self._redelivery.give_back(consumer, message, holding)
 
@@ -287,6 +292,20 @@ class MessageHandling:
     def _untrack(self, message: QueueMessage) -> None:
         if self._leases is not None:
             self._leases.untrack(message)
+
+    def _span(self, message: QueueMessage) -> contextlib.AbstractContextManager[str | None]:
+        """The turn's span on this side of the queue (``run`` on INPUT, ``deliver`` on OUTPUT)."""
+        name = SPAN_NAMES.get(self.queue)
+        if name is None:
+            return contextlib.nullcontext(None)
+        about: dict[str, str | int] = {
+            "messaging.destination.name": self.queue,
+            "messaging.message.id": message.message_id or "",
+            "agentkernel.request_id": message.attributes.get(ATTR_REQUEST_ID, ""),
+            "agentkernel.session_id": message.group_id or "",
+            "agentkernel.delivery": message.receive_count,
+        }
+        return tracing.span(name, message.attributes.get(ATTR_TRACEPARENT), "CONSUMER", about)
 
     def _log_failure(self, message: QueueMessage, exc: Exception) -> None:
         expected = isinstance(exc, RetryableError)  # asked for: its cause, not a traceback

@@ -35,6 +35,7 @@ import uvicorn
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
@@ -169,6 +170,7 @@ class IOHandler:
 
     def serve(self, exit_on_shutdown: bool = True) -> None:
         """Run every part until shutdown; blocks."""
+        tracing.export_if_configured()
         if self.runner_loop is not None and not self.registry.agents():
             logger.warning("the embedded runner has no agents; every turn will be answered 404")
         tasks = [
