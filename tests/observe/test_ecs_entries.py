@@ -81,3 +81,17 @@ def test_the_runner_port_shows_its_turns_health_and_readiness(ecs: EcsDeployment
     assert 'agentkernel_turn_duration_seconds_count{agent="timed"} 2' in metrics
     err = stop(runner)
     assert all(line.startswith("{") for line in err.splitlines()), err
+
+
+def test_a_clean_ctrl_c_of_the_io_in_its_long_polls_logs_no_error(aws: str) -> None:
+    deployment = EcsDeployment(aws, long_poll=20)  # the product default
+    try:
+        time.sleep(1.0)  # the OUTPUT consumers are in their long polls
+        assert deployment.io is not None
+        deployment.io.send_signal(signal.SIGINT)
+        _, err = deployment.io.communicate(timeout=60)
+        assert deployment.io.returncode == 0, err
+        assert " ERROR " not in err and "Traceback" not in err, err
+        assert "drain finished; exiting with status 0" in err
+    finally:
+        deployment.close()

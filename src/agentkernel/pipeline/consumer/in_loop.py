@@ -91,6 +91,11 @@ class InLoopConsumer:
         self._handling.stop()  # ends redelivery holds and outage waits at once
         self._stop.set()
 
+    @property
+    def stop_seconds(self) -> float:
+        """Longest time from :meth:`stop` until it has drained and closed."""
+        return WAIT_SLICE_SECONDS + self._drain_timeout
+
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds until the consumer has drained and closed."""
         return self._stopped.wait(timeout)

@@ -102,6 +102,7 @@ class ConsumerLoop:
         handling.stop_when(self._stopped)
         self._drain_timeout = self.settings.drain_timeout
         self._drain_since: float | None = None  # set by stop(since=...)
+        self._fetch_wait = 1.0  # the longest fetch wait of a thread (an SQS long poll: 20 s)
         s = self.settings
         self._slots = Slots(
             s.max_in_flight if handling.is_async else s.num_consumers * s.batch_size
@@ -192,6 +193,12 @@ class ConsumerLoop:
         self._drain_since = since
         self._stopped.set()
 
+    @property
+    def stop_seconds(self) -> float:
+        """Longest time from :meth:`stop` until every thread has ended: a thread finishes the
+        fetch it is in (a long poll), then drains."""
+        return self._fetch_wait + STOP_CHECK_SECONDS + self._drain_timeout
+
     def stopping(self) -> bool:
         """Whether the consumer threads should stop fetching."""
         return self._stopped.is_set() or self._stop.is_set()
@@ -225,6 +232,7 @@ class ConsumerLoop:
 
     def _fetch_until_stopped(self, consumer: TransportConsumer, tracker: Tracker) -> None:
         wait = min(self.settings.wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
+        self._fetch_wait = max(self._fetch_wait, wait)
         with self._fetching_done:
             self._fetching += 1
         try:

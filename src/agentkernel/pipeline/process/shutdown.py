@@ -15,9 +15,10 @@ from typing import Protocol
 
 import uvicorn
 
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config import AKConfig, SQSQueueConfig
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
+from agentkernel.pipeline.consumer.redelivery import STOP_CHECK_SECONDS
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections
 from agentkernel.pipeline.process.thread_runner import close_in_order
@@ -53,7 +54,7 @@ class ProcessQueues(Protocol):
 def shutdown_budget(config: AKConfig, with_runner: bool) -> float:
     """Longest time from SIGTERM to exit, in seconds: the sum of every step's bound."""
     runner = config.execution.runner.drain_timeout if with_runner else 0.0
-    steps = [runner, OUTPUT_DRAIN_SECONDS, config.api.shutdown_timeout]
+    steps = [runner, OUTPUT_DRAIN_SECONDS, config.api.shutdown_timeout, fetch_wait(config)]
     steps += [OUTPUT_DRAIN_SECONDS, HTTP_DRAIN_SECONDS, LISTENER_DRAIN_SECONDS]
     steps += [HTTP_DRAIN_SECONDS]
     return sum(steps) + len(steps) * STEP_MARGIN_SECONDS
@@ -91,7 +92,8 @@ class ShutdownOrder:
             )
         self.api.release_waiters()
         self.output_loop.stop()
-        if not self.output_loop.wait_stopped(OUTPUT_DRAIN_SECONDS + STEP_MARGIN_SECONDS):
+        # a consumer in an SQS long poll ends it first: up to 20 s with nothing in hand
+        if not self.output_loop.wait_stopped(self.output_loop.stop_seconds + STEP_MARGIN_SECONDS):
             logger.error("the response handler did not stop in time")
         wait_until(lambda: not self.server.server_state.tasks, HTTP_DRAIN_SECONDS)
         self._stop_accepting()
@@ -172,6 +174,14 @@ class ShutdownOrder:
             self.store.put(ResponseRecord(request_id, session_id, 503, doc))
         except Exception:
             logger.warning("could not store the 503 of request %s", request_id, exc_info=True)
+
+
+def fetch_wait(config: AKConfig) -> float:
+    """Longest a stopped consumer thread may still sit in one fetch, in seconds."""
+    queues = config.execution.queues
+    if queues.type == "sqs":
+        return (queues.sqs or SQSQueueConfig()).wait_time_seconds
+    return STOP_CHECK_SECONDS
 
 
 def wait_until(done: Callable[[], bool], seconds: float) -> bool:
