@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 import io
 import json
 import logging
@@ -130,3 +132,17 @@ def test_an_unknown_level_is_refused(root: logging.Logger) -> None:
 )
 def test_the_trace_id_is_read_from_a_traceparent(header: str | None, trace_id: str | None) -> None:
     assert logs.trace_id_of(header) == trace_id
+
+
+def test_a_turn_coroutine_closed_in_another_context_does_not_raise() -> None:
+    """A handling coroutine collected after its loop stopped is closed wherever the collector
+    runs; its bound fields must not turn that into an exception."""
+
+    async def handling() -> None:
+        with logs.bind(request_id="r1"):
+            await asyncio.sleep(10)
+
+    coroutine = handling()
+    contextvars.copy_context().run(coroutine.send, None)  # started in a task's context
+    coroutine.close()  # closed in this one
+    assert logs.current() == {}

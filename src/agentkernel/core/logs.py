@@ -75,12 +75,15 @@ def bind(**fields: str | None) -> Iterator[None]:
     """Attach ``fields`` (``request_id``, ``session_id``, ``trace_id``) to every record logged in
     this context (this asyncio task, or this thread and what it calls); ``None`` values are
     left out."""
-    known = {k: v for k, v in fields.items() if v}
-    token = _CONTEXT.set((_CONTEXT.get() or {}) | known)
+    bound = (_CONTEXT.get() or {}) | {k: v for k, v in fields.items() if v}
+    token = _CONTEXT.set(bound)
     try:
         yield
     finally:
-        _CONTEXT.reset(token)
+        # A coroutine closed late (collected after its loop stopped) ends here in another
+        # context, where the token cannot be reset; that context never saw the fields anyway.
+        if _CONTEXT.get() is bound:
+            _CONTEXT.reset(token)
 
 
 def current() -> dict[str, str]:

@@ -36,16 +36,17 @@ ENDPOINT_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_TRACES_
 #: Seconds a stopping process waits for its last spans to be exported.
 FLUSH_SECONDS = 5.0
 
+otel_context: Any = None  # opentelemetry.context, once imported
 _otel: tuple[Any, Any] | None = None  # (opentelemetry.trace, the W3C propagator), once imported
 _missing = False
 
 
 def _api() -> tuple[Any, Any] | None:
     """``(opentelemetry.trace, propagator)`` when spans would be recorded, else ``None``."""
-    global _otel, _missing
+    global _otel, _missing, otel_context
     if _otel is None and not _missing:
         try:
-            from opentelemetry import trace
+            from opentelemetry import context, trace
             from opentelemetry.trace.propagation.tracecontext import (
                 TraceContextTextMapPropagator,
             )
@@ -53,6 +54,7 @@ def _api() -> tuple[Any, Any] | None:
             _missing = True
             return None
         _otel = (trace, TraceContextTextMapPropagator())
+        otel_context = context
     if _otel is None or isinstance(_otel[0].get_tracer_provider(), _otel[0].ProxyTracerProvider):
         return None  # no provider set: the API would only make no-op spans
     return _otel
@@ -87,16 +89,28 @@ def span(
         parent = None  # the current context
     else:
         parent = propagator.extract({"traceparent": traceparent} if traceparent else {})
-    tracer = trace.get_tracer(TRACER_NAME)
-    with tracer.start_as_current_span(
+    current = trace.get_tracer(TRACER_NAME).start_span(
         f"agentkernel {name}",
         context=parent,
         kind=getattr(trace.SpanKind, kind),
         attributes=dict(attributes),
-    ):
+    )
+    context = trace.set_span_in_context(current, parent)
+    token = otel_context.attach(context)
+    try:
         carrier: dict[str, str] = {}
         propagator.inject(carrier)
         yield carrier.get("traceparent", traceparent)
+    except BaseException as exc:
+        if not isinstance(exc, GeneratorExit):
+            failed(exc)
+        raise
+    finally:
+        current.end()
+        # Detached only where it was attached: a coroutine closed late (collected after its
+        # loop stopped) ends in another context, where detaching would fail and log an ERROR.
+        if otel_context.get_current() is context:
+            otel_context.detach(token)
 
 
 def failed(exc: BaseException) -> None:
