@@ -84,6 +84,12 @@ def test_metrics_is_prometheus_text_with_the_turns(serve: Callable[..., str]) ->
     assert 'agentkernel_turn_duration_seconds_count{agent="echo"} 1' in reply.text
 
 
+def test_replayed_turns_are_rendered() -> None:
+    METRICS.reset()
+    METRICS.inc("agentkernel_turns_replayed_total")
+    assert "\nagentkernel_turns_replayed_total 1\n" in METRICS.render()
+
+
 @pytest.mark.parametrize("path", ["/", "/healthz", "/health/x", "/%00", "/" + "a" * 5000])
 def test_other_paths_are_404_json(serve: Callable[..., str], path: str) -> None:
     reply = httpx.get(serve() + path, timeout=5)
