@@ -216,10 +216,11 @@ def test_embedded_sigterm_logs_each_turn_it_could_not_run_and_answers_its_caller
             proc.kill()
             proc.communicate(timeout=10)
     assert proc.returncode == 0, err
-    not_run = [line for line in err.splitlines() if "not run before shutdown" in line]
+    lost = [line for line in err.splitlines() if "before shutdown (delivery" in line]
     sync_id = waiting[0].json()["request_id"]
     for request_id in [*ids, sync_id]:  # one line each, none dropped in silence
-        assert sum(request_id in line for line in not_run) == 1, err
+        assert sum(request_id in line for line in lost) == 1, err
+    assert sum("was cut short" in line for line in lost) == 1, err  # the one that was running
     assert waiting[0].status_code == 503
     assert waiting[0].json()["error"] == "SHUTTING_DOWN"
 

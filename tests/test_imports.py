@@ -5,7 +5,16 @@ from __future__ import annotations
 import subprocess
 import sys
 
-OPTIONAL = ("boto3", "botocore", "nats", "confluent_kafka", "redis", "agents", "openai")
+OPTIONAL = (
+    "boto3",
+    "botocore",
+    "nats",
+    "confluent_kafka",
+    "redis",
+    "agents",
+    "openai",
+    "opentelemetry",
+)
 CORE_MODULES = (
     "agentkernel",
     "agentkernel.core.config",
@@ -20,6 +29,10 @@ CORE_MODULES = (
     "agentkernel.deployment.common.thread_runner",
     "agentkernel.core.util.factory",
     "agentkernel.api",
+    "agentkernel.pipeline.tracing",
+    "agentkernel.pipeline.front",
+    "agentkernel.pipeline.consumer.handling",
+    "agentkernel.pipeline.agent_runner",
 )
 
 

@@ -2,10 +2,11 @@
 
 IO process (``agentkernel io``/``serve``, ``app_rest_service.py``): ``GET /health`` on
 ``api.port``, read through the same configuration the process uses (``config.yaml`` or
-``AK_API__PORT``). Agent Runner (``agentkernel runner``, ``app_agent_runner.py``): it serves no
-HTTP; a runner whose consumer thread crashes drains and exits 1, so while PID 1 is a runner the
-container is healthy. ECS task definitions and Kubernetes probes do not use this file: they
-declare their own checks (see deploy/).
+``AK_API__PORT``). Agent Runner (``agentkernel runner``, ``app_agent_runner.py``): ``GET /health``
+on ``execution.runner.health_port`` (the image sets 8001); with the port unset it serves no HTTP,
+and a runner whose consumer thread crashes drains and exits 1, so while PID 1 is a runner the
+container is healthy. The ECS task definitions run this file; Kubernetes probes declare their own
+HTTP checks (see deploy/).
 """
 
 from __future__ import annotations
@@ -50,11 +51,13 @@ def http_health(port: int) -> bool:
 
 
 def main() -> int:
-    if is_runner(pid1_argv()):
-        return 0
     from agentkernel.core.config import AKConfig
 
-    return 0 if http_health(AKConfig.load().api.port) else 1
+    config = AKConfig.load()
+    if is_runner(pid1_argv()):
+        port = config.execution.runner.health_port
+        return 0 if port is None or http_health(port) else 1
+    return 0 if http_health(config.api.port) else 1
 
 
 if __name__ == "__main__":

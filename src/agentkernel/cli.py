@@ -21,11 +21,11 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from agentkernel import __version__
+from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError, StoreError, TransportError
 from agentkernel.core.loading import importable, load_agents
-from agentkernel.core.redact import PrintableFilter
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.agent_runner import AgentRunner
@@ -79,7 +79,7 @@ def _configure(args: argparse.Namespace) -> AKConfig:
     )
     config = config.model_copy(update={"api": api})
     AKConfig.set(config)
-    logging.getLogger("agentkernel").setLevel(config.logging.ak.level)
+    logs.configure(config.logging, getattr(args, "log_level", None))
     return config
 
 
@@ -234,6 +234,9 @@ def _chat(args: argparse.Namespace) -> int:
     return 0
 
 
+LOG_LEVELS = ("DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL")
+
+
 def _port(text: str) -> int:
     try:
         port = int(text)
@@ -291,6 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
                 action="store_true",
                 help="development: restart when a file of the working folder changes",
             )
+        cmd.add_argument(
+            "--log-level",
+            type=str.upper,
+            choices=LOG_LEVELS,
+            help="lowest level logged (overrides logging.ak.level)",
+        )
     chat = sub.add_parser("chat", help="send a chat turn (or, without PROMPT, chat line by line)")
     chat.add_argument("prompt", nargs="?", help="the message; omit it for an interactive session")
     chat.add_argument("--session", required=True, help="session id")
@@ -321,21 +330,12 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line; returns the exit status."""
     args = build_parser().parse_args(argv)
     args.argv = argv
-    _setup_logging()
+    logs.configure(level=getattr(args, "log_level", None))
     try:
         return _dispatch(args)
     except (AKConfigError, StartupError) as exc:
         print(f"agentkernel: {exc}", file=sys.stderr)
         return 2
-
-
-def _setup_logging() -> None:
-    logging.basicConfig(
-        level=logging.INFO, format="%(asctime)s %(levelname)s %(threadName)s %(name)s: %(message)s"
-    )
-    logging.getLogger("httpx").setLevel(logging.WARNING)
-    for log_handler in logging.getLogger().handlers:  # one record, one line
-        log_handler.addFilter(PrintableFilter())
 
 
 def _dispatch(args: argparse.Namespace, sockets: list[socket.socket] | None = None) -> int:
@@ -353,7 +353,7 @@ def reloaded_child(argv: list[str], sockets: list[socket.socket]) -> None:
     its parent bound; ``argv`` is the command line without ``--reload``."""
     args = build_parser().parse_args(argv)
     args.argv = argv
-    _setup_logging()
+    logs.configure(level=getattr(args, "log_level", None))
     try:
         _dispatch(args, sockets)
     except (AKConfigError, StartupError) as exc:

@@ -118,7 +118,8 @@ def test_ecs_io_container_gets_the_guides_variables() -> None:
 
 def test_ecs_runner_container_gets_the_guides_variables_and_a_shared_session_store() -> None:
     session = {"AK_SESSION__TYPE", "AK_SESSION__DYNAMODB__TABLE_NAME"}
-    assert ecs_container_variables("runner_environment") == GUIDE_RUNNER | session
+    health = {"AK_EXECUTION__RUNNER__HEALTH_PORT", "AK_EXECUTION__RUNNER__HEALTH_HOST"}
+    assert ecs_container_variables("runner_environment") == GUIDE_RUNNER | session | health
 
 
 def test_overlay_config_files_load_and_select_the_overlays_broker(tmp_path) -> None:

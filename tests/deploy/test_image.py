@@ -238,7 +238,27 @@ def test_healthcheck_reads_the_port_from_the_configuration(
     monkeypatch.setenv("AK_API__PORT", str(servers.free_port()))
     assert probe.main() == 1
     monkeypatch.setattr(probe, "pid1_argv", lambda: ["python", "agentkernel", "runner", "a.py"])
+    assert probe.main() == 0  # a runner without a health port: its exit is the signal
+
+
+def test_healthcheck_probes_a_runners_health_port(
+    health_server: int, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    probe = healthcheck_module()
+    monkeypatch.setattr(probe, "pid1_argv", lambda: ["python", "app_agent_runner.py"])
+    monkeypatch.setenv("AK_API__PORT", str(servers.free_port()))
+    monkeypatch.setenv("AK_EXECUTION__RUNNER__HEALTH_PORT", str(health_server))
     assert probe.main() == 0
+    monkeypatch.setenv("AK_EXECUTION__RUNNER__HEALTH_PORT", str(servers.free_port()))
+    assert probe.main() == 1
+
+
+def test_the_image_turns_the_runners_health_port_on() -> None:
+    (env,) = [args for i, args in final_stage() if i == "ENV"]
+    assert "AK_EXECUTION__RUNNER__HEALTH_PORT=8001" in env
+    assert "AK_EXECUTION__RUNNER__HEALTH_HOST=0.0.0.0" in env
+    (exposed,) = [args for i, args in final_stage() if i == "EXPOSE"]
+    assert "8001" in exposed.split()
 
 
 def test_the_embedded_command_serves_health_and_drains_on_sigterm(tmp_path: Path) -> None:

@@ -214,3 +214,18 @@ def test_sqs_overlay_names_what_the_terraform_modules_create(tmp_path) -> None:
     for table, key in ((store.table_name, "response"), (sessions.table_name, "session")):
         suffix = re.search(rf'{key} = \{{name = "\$\{{var.name_prefix\}}-([a-z-]+)"', tables)
         assert suffix is not None and table == f"{prefix}-{suffix.group(1)}"
+
+
+@pytest.mark.parametrize("overlay", a.OVERLAYS)
+def test_runner_probes_use_its_health_port(overlay: str) -> None:
+    runner = a.objects(overlay, "Deployment")["agentkernel-runner"]["spec"]["template"]
+    container = runner["spec"]["containers"][0]
+    port = {p["name"]: p["containerPort"] for p in container["ports"]}["health"]
+    env = {e["name"]: e["value"] for e in container["env"]}
+    assert int(env["AK_EXECUTION__RUNNER__HEALTH_PORT"]) == port
+    assert env["AK_EXECUTION__RUNNER__HEALTH_HOST"] == "0.0.0.0"
+    for probe in ("startupProbe", "livenessProbe"):
+        assert container[probe]["httpGet"] == {"path": "/health", "port": "health"}
+    assert runner["metadata"]["annotations"]["prometheus.io/port"] == str(port)
+    policy = a.objects(overlay, "NetworkPolicy")["agentkernel-runner"]
+    assert policy["spec"]["ingress"][0]["ports"][0]["port"] == port

@@ -45,7 +45,7 @@ RUNNER_ROLE = {
     "ConsumeInput": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
     | {"sqs:GetQueueAttributes"},
     "SendToOutput": {"sqs:SendMessage"},
-    "SessionStore": {"dynamodb:GetItem", "dynamodb:PutItem"},
+    "SessionStore": {"dynamodb:GetItem", "dynamodb:PutItem"} | {"dynamodb:DescribeTable"},
     "DeadLetterInput": {"sqs:SendMessage"},  # an undecodable turn, copied to the DLQ at once
 }
 
@@ -207,7 +207,7 @@ def test_the_roles_cover_every_api_call_the_code_makes() -> None:
     store_calls = api_calls(SRC / "pipeline" / "response_store" / "dynamodb.py", "dynamodb")
     store_calls |= api_calls(SRC / "pipeline" / "quota" / "dynamodb.py", "dynamodb")
     assert store_calls <= policy("io")["ResponseStore"][0]
-    # a runner checks its session table at start-up with a read its role may make
+    # a runner reads its session table at start-up and on its /ready, with calls its role allows
     session_calls = api_calls(SRC / "pipeline" / "session_store" / "dynamodb.py", "dynamodb")
     assert session_calls <= policy("runner")["SessionStore"][0]
 
@@ -313,3 +313,13 @@ def test_request_handler_http_routes_exist_in_the_api() -> None:
     app = RequestHandler(InMemoryTransport(), InMemoryResponseStore()).build_app()
     served = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ())}
     assert declared and declared <= served
+
+
+def test_the_ecs_runner_serves_its_health_port_and_the_task_checks_it() -> None:
+    env = re.sub(r"\s+", " ", a.expression(a.locals_of(a.ECS)["runner_environment"]))
+    assert "AK_EXECUTION__RUNNER__HEALTH_PORT = tostring(var.runner_health_port)" in env
+    assert 'AK_EXECUTION__RUNNER__HEALTH_HOST = "0.0.0.0"' in env
+    assert a.variables(a.ECS)["runner_health_port"]["default"] == 8001
+    task = a.resources(a.ECS, "aws_ecs_task_definition")["runner"]
+    container = re.sub(r"\s+", " ", a.expression(task["container_definitions"]))
+    assert 'healthCheck = {command = ["CMD", "python", "/app/healthcheck.py"]' in container

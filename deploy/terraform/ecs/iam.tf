@@ -115,8 +115,9 @@ data "aws_iam_policy_document" "runner" {
   }
 
   statement {
+    # DescribeTable: the session store's check behind the runner's GET /ready
     sid       = "SessionStore"
-    actions   = ["dynamodb:GetItem", "dynamodb:PutItem"]
+    actions   = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"]
     resources = [module.tables[0].session_table_arn]
   }
 }

@@ -29,6 +29,8 @@ locals {
     AK_EXECUTION__QUEUES__BATCH_SIZE               = tostring(var.batch_size)
     AK_SESSION__TYPE                               = "dynamodb"
     AK_SESSION__DYNAMODB__TABLE_NAME               = module.tables[0].session_table_name
+    AK_EXECUTION__RUNNER__HEALTH_PORT              = tostring(var.runner_health_port)
+    AK_EXECUTION__RUNNER__HEALTH_HOST              = "0.0.0.0"
   } : {}
 }
 
@@ -167,6 +169,14 @@ resource "aws_ecs_task_definition" "runner" {
     image       = var.image
     command     = var.runner_command
     environment = [for k, v in local.runner_environment : { name = k, value = v }]
+    # GET /health on the runner's health port (healthcheck.py reads it from the environment)
+    healthCheck = {
+      command     = ["CMD", "python", "/app/healthcheck.py"]
+      interval    = 30
+      timeout     = 5
+      retries     = 3
+      startPeriod = 20
+    }
     logConfiguration = {
       logDriver = "awslogs"
       options = {

@@ -47,6 +47,12 @@ variable "api_port" {
   default     = 8000
 }
 
+variable "runner_health_port" {
+  description = "Port of the Agent Runner's /health, /ready and /metrics (execution.runner.health_port); the task's health check probes it."
+  type        = number
+  default     = 8001
+}
+
 variable "io_command" {
   description = "IO container command: the guide's entry file (ECSIOHandler)."
   type        = list(string)

@@ -14,10 +14,12 @@ from typing import Any, ClassVar
 from agentkernel.auth import AuthValidator
 from agentkernel.aws import sqs_records
 from agentkernel.aws.settings import container_api, ecs_config
+from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.redact import redact_url
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.envelope import QueueName
@@ -98,6 +100,7 @@ class ECSSQSConsumer(QueueConsumer):
             AKConfigError: no queue URL.
             ValueError: ``num_consumers`` or ``max_receive_count`` below 1.
         """
+        logs.configure_unless_configured(AKConfig.get().logging)
         cls.check_settings()
         url = cls.get_queue_url()
         if not url:
@@ -117,7 +120,9 @@ class _FromEnvironment(ECSSQSConsumer):
     @classmethod
     def run(cls) -> None:
         """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash)."""
+        logs.configure_unless_configured(ecs_config().logging)
         consumer = cls.from_environment()
+        tracing.export_if_configured()
         ThreadRunner.install_signal_handlers()
         consumer.consumer_loop().run()  # type: ignore[attr-defined]
 
@@ -132,6 +137,15 @@ class ECSAgentRunner(_FromEnvironment, AgentRunner):
         config = ecs_config()
         AKConfig.set(config)
         return cls(config, AgentRegistry.default())
+
+    @classmethod
+    def run(cls) -> None:
+        """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash); with
+        ``execution.runner.health_port`` set, serve health, readiness and metrics on it."""
+        logs.configure_unless_configured(ecs_config().logging)
+        runner = cls.from_environment()
+        ThreadRunner.install_signal_handlers()
+        runner.serve()
 
 
 class ECSOutputConsumer(_FromEnvironment, ResponseHandler):
@@ -182,6 +196,7 @@ class ECSIOHandler(IOHandler):
             AKConfigError: the response store is not shared, or a handler has no router.
         """
         config = container_api(ecs_config())
+        logs.configure_unless_configured(config.logging)
         if not create_response_store(config.execution.response_store).shared:
             raise AKConfigError(
                 "execution.response_store.dynamodb.table_name: the IO container needs a shared "

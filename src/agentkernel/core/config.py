@@ -137,6 +137,19 @@ class RunnerConfig(_Block):
         "turns still queued) to finish. Turns still unfinished are logged by request id and "
         "handed back to the broker for another runner.",
     )
+    health_port: int | None = Field(
+        None,
+        ge=0,
+        le=65535,
+        description="TCP port on which a runner process (agentkernel runner, "
+        "ECSAgentRunner.run) answers GET /health, /ready and /metrics (Prometheus text). Unset: "
+        "no port. The container recipes set 8001.",
+    )
+    health_host: str = Field(
+        "127.0.0.1",
+        description="Interface of the runner's health port; 0.0.0.0 in a container, so probes "
+        "and scrapers reach it.",
+    )
 
 
 class ExecutionMode(StrEnum):
@@ -267,10 +280,17 @@ class LoggerConfig(_Block):
 
 
 class LoggingConfig(_Block):
-    """``logging``: log levels, applied by the ``agentkernel`` command."""
+    """``logging``: log output, applied by the ``agentkernel`` command and, when nothing set up
+    logging before, by the container entry points (``ECSIOHandler.run``, ``ECSAgentRunner.run``)."""
 
     ak: LoggerConfig = Field(
         default_factory=LoggerConfig, description="The agentkernel loggers (``agentkernel.*``)."
+    )
+    format: Literal["text", "json"] = Field(
+        "text",
+        description="text: one line per record (time, level, thread, logger, message). json: one "
+        "JSON object per line with time, level, logger, thread, message and, when known, "
+        "request_id, session_id and trace_id, for a log platform to ingest.",
     )
 
 
@@ -284,7 +304,7 @@ class AKConfig(BaseSettings):
     execution: ExecutionConfig = Field(default_factory=ExecutionConfig, description="Pipeline.")
     session: SessionConfig = Field(default_factory=SessionConfig, description="Session state.")
     api: ApiConfig = Field(default_factory=ApiConfig, description="HTTP server.")
-    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Log levels.")
+    logging: LoggingConfig = Field(default_factory=LoggingConfig, description="Log output.")
 
     _instance: ClassVar[AKConfig | None] = None
     _lock: ClassVar[threading.Lock] = threading.Lock()

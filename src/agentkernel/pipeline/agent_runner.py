@@ -22,6 +22,7 @@ import functools
 import json
 import logging
 import threading
+import time
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -37,6 +38,7 @@ from agentkernel.core.errors import (
     StoreDataLostError,
 )
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.isolation import LastAttempt
@@ -50,6 +52,7 @@ from agentkernel.pipeline.envelope import (
 )
 from agentkernel.pipeline.execution import Streamer, execute, turn_of
 from agentkernel.pipeline.last_errors import LastErrors, cause_of
+from agentkernel.pipeline.process.health_server import HealthServer
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.replies import (
@@ -71,6 +74,7 @@ from agentkernel.pipeline.session_store import (
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
 from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.turn_log import turn_finished
 
 logger = logging.getLogger(__name__)
 
@@ -122,8 +126,24 @@ class AgentRunner(QueueConsumer):
         runner.serve()
 
     def serve(self) -> None:
-        """Consume INPUT until shutdown (blocks), then close the transport."""
-        self.consumer_loop().run(close=[self.transport.close])
+        """Consume INPUT until shutdown (blocks), then close the transport.
+
+        With ``execution.runner.health_port`` set, ``/health``, ``/ready`` and ``/metrics`` are
+        served on it meanwhile (:mod:`agentkernel.pipeline.process.health_server`).
+        """
+        tracing.export_if_configured()
+        probe = self._health_server()
+        try:
+            self.consumer_loop().run(close=[self.transport.close])
+        finally:
+            if probe is not None:
+                probe.stop()
+
+    def _health_server(self) -> HealthServer | None:
+        if self.runner.health_port is None:
+            return None
+        checks = {"broker": self.transport.ping, "session_store": self.sessions.ping}
+        return HealthServer(self.runner.health_host, self.runner.health_port, checks).start()
 
     def handling(self) -> MessageHandling:
         """What each INPUT message goes through (on threads or on an event loop)."""
@@ -210,12 +230,14 @@ class AgentRunner(QueueConsumer):
         turn = turn_of(message, body, agent.name, key, record.state)
         streamed = body.stream or self.stream_all or ATTR_STREAM in message.attributes
         stream = self._streamer(message, turn) if streamed else None
+        started = time.perf_counter()
         status, doc, state = await execute(agent, turn, stream, self.runner.turn_timeout)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         try:
             await self._commit_and_reply(message, session_id, record, outcome, state)
         except SessionStateError as exc:  # the agent's doing: every attempt would fail alike
-            await self._state_not_stored(message, turn, record, exc)
+            status, doc = 500, await self._state_not_stored(message, turn, record, exc)
+        turn_finished(turn, status, doc, time.perf_counter() - started)
 
     async def on_undecodable(self, message: QueueMessage) -> None:
         """Answer 400 a message the transport could not decode, when its request id is known."""
@@ -357,7 +379,7 @@ class AgentRunner(QueueConsumer):
 
     async def _state_not_stored(
         self, message: QueueMessage, turn: Turn, base: SessionRecord, exc: SessionStateError
-    ) -> None:
+    ) -> dict[str, Any]:
         """The state the agent left cannot be stored: commit and send an error at once, keeping
         the state from before the turn (a retry would run the agent again to the same end)."""
         logger.error(
@@ -371,6 +393,7 @@ class AgentRunner(QueueConsumer):
         doc = error_doc("STATE_NOT_STORED", text, turn.session_id, turn.request_id)
         outcome = TurnOutcome(turn.request_id, 500, json.dumps(doc))
         await self._commit_and_reply(message, turn.session_id, base, outcome, None)
+        return doc
 
     async def _refuse(
         self, message: QueueMessage, session_id: str, request_id: str, exc: StoreDataLostError

@@ -28,6 +28,7 @@ from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import MessageRejectedError, StoreError
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.admission import admit, known_to, missing_reply
 from agentkernel.pipeline.answers import (
     Answer,
@@ -48,7 +49,7 @@ from agentkernel.pipeline.chat import (
     turn_message,
     wants_async,
 )
-from agentkernel.pipeline.envelope import ATTR_TRACEPARENT, ATTR_USER_ID, QueueName
+from agentkernel.pipeline.envelope import ATTR_TRACEPARENT, ATTR_USER_ID, QueueMessage, QueueName
 from agentkernel.pipeline.frames import read_frames
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
@@ -369,16 +370,17 @@ class ChatFront:
         request id and a Location: polling it, or retrying with the same Idempotency-Key,
         resolves what happened without running the turn twice.
         """
-        attributes = {ATTR_TRACEPARENT: traceparent} | dict(extra or {})
+        attributes = dict(extra or {})
         if owner is not None:
             attributes[ATTR_USER_ID] = owner
-        message = turn_message(chat, turn.request_id, attributes)
+        about = {
+            "agentkernel.request_id": turn.request_id,
+            "agentkernel.session_id": chat.session_id,
+        }
         try:
-            if self.transport.nonblocking:  # returns at once: no task, no timer
-                self.transport.send(QueueName.INPUT, message)
-            else:
-                send = asyncio.to_thread(self.transport.send, QueueName.INPUT, message)
-                await asyncio.wait_for(send, self.config.api.enqueue_timeout)
+            with tracing.span("enqueue", traceparent, "PRODUCER", about, in_span=True) as context:
+                attributes[ATTR_TRACEPARENT] = context or traceparent
+                await self._send(turn_message(chat, turn.request_id, attributes))
         except MessageRejectedError as exc:
             raise HTTPError(413, "MESSAGE_TOO_LARGE", str(exc), session_id=chat.session_id) from exc
         except Exception as exc:
@@ -395,6 +397,13 @@ class ChatFront:
                 "the turn may not have been queued; retry with the same Idempotency-Key, or "
                 "poll the Location to see whether it ran",
             ) from exc
+
+    async def _send(self, message: QueueMessage) -> None:
+        if self.transport.nonblocking:  # returns at once: no task, no timer
+            self.transport.send(QueueName.INPUT, message)
+        else:
+            send = asyncio.to_thread(self.transport.send, QueueName.INPUT, message)
+            await asyncio.wait_for(send, self.config.api.enqueue_timeout)
 
 
 def _no_request_id() -> HTTPError:

@@ -20,6 +20,7 @@ of a consumer that is not ``nonblocking``.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import logging
 import threading
@@ -27,8 +28,11 @@ from collections.abc import Awaitable, Callable, Coroutine
 from dataclasses import dataclass
 from typing import Any
 
+from agentkernel.core import logs
 from agentkernel.core.blocking import call
+from agentkernel.core.errors import RetryableError
 from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.consumer.base import Handler, as_async, is_async_callable
 from agentkernel.pipeline.consumer.isolation import Isolation, is_suspect
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
@@ -38,11 +42,14 @@ from agentkernel.pipeline.consumer.redelivery import (
     RETRY_BACKOFF_SECONDS,
     Redelivery,
 )
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, ATTR_TRACEPARENT, QueueMessage
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.transport.base import TransportConsumer
 
 logger = logging.getLogger(__name__)
+
+#: The span of a turn on each side of the queue (:mod:`agentkernel.pipeline.tracing`).
+SPAN_NAMES = {"input": "run", "output": "deliver"}
 
 
 @dataclass(frozen=True)
@@ -111,6 +118,8 @@ class MessageHandling:
             log=self._log,
         )
         self._outage = OutageRetry(self.queue, stopping=self.stopping, log=self._log)
+        #: Ids of the messages a drain gave back unfinished (they had started).
+        self.handed_back: set[str] = set()
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -161,23 +170,33 @@ class MessageHandling:
             self._isolation.admit()
         return self._handle(consumer, message, holding)
 
-    def hand_back(
-        self, consumer: TransportConsumer, message: QueueMessage, drain_timeout: float
-    ) -> None:
-        """Give back at once a message whose handling did not finish within the drain."""
+    def hand_back(self, consumer: TransportConsumer, message: QueueMessage, waited: float) -> None:
+        """Give back at once a message whose handling did not finish within the drain.
+
+        Args:
+            waited: seconds the drain waited for it (for the log line).
+        """
         logger.warning(
-            "drain of %s timed out after %.1fs: message %s (request %s) is handed back",
+            "drain of %s: message %s (request %s) still unfinished after %.1fs; handing it back",
             self.queue,
-            drain_timeout,
             message.message_id,
             message.attributes.get(ATTR_REQUEST_ID, "-"),
+            waited,
         )
+        if message.message_id is not None:
+            self.handed_back.add(message.message_id)
         self._untrack(message)
         self._redelivery.nack(consumer, message)
 
     # -- one message -------------------------------------------------------------------------
 
     async def _handle(
+        self, consumer: TransportConsumer, message: QueueMessage, holding: Callable[[], None]
+    ) -> None:
+        with _log_context(message), self._span(message):  # this task's records name the turn
+            await self._handle_in_context(consumer, message, holding)
+
+    async def _handle_in_context(
         self, consumer: TransportConsumer, message: QueueMessage, holding: Callable[[], None]
     ) -> None:
         settled = asyncio.get_running_loop().create_future()
@@ -222,6 +241,7 @@ class MessageHandling:
                 await call(consumer.nonblocking, consumer.ack, message)
                 logger.debug("acked %s", message.message_id)
         except Exception as exc:
+            tracing.failed(exc)
             self._log_failure(message, exc)
             await self._redelivery.give_back(consumer, message, holding)
 
@@ -273,18 +293,42 @@ class MessageHandling:
         if self._leases is not None:
             self._leases.untrack(message)
 
+    def _span(self, message: QueueMessage) -> contextlib.AbstractContextManager[str | None]:
+        """The turn's span on this side of the queue (``run`` on INPUT, ``deliver`` on OUTPUT)."""
+        name = SPAN_NAMES.get(self.queue)
+        if name is None:
+            return contextlib.nullcontext(None)
+        about: dict[str, str | int] = {
+            "messaging.destination.name": self.queue,
+            "messaging.message.id": message.message_id or "",
+            "agentkernel.request_id": message.attributes.get(ATTR_REQUEST_ID, ""),
+            "agentkernel.session_id": message.group_id or "",
+            "agentkernel.delivery": message.receive_count,
+        }
+        return tracing.span(name, message.attributes.get(ATTR_TRACEPARENT), "CONSUMER", about)
+
     def _log_failure(self, message: QueueMessage, exc: Exception) -> None:
+        expected = isinstance(exc, RetryableError)  # asked for: its cause, not a traceback
         self._log.log(
             logging.WARNING,
             f"{self.queue}:{type(exc).__name__}",
-            "message %s on %s (request %s, delivery %s) failed; it is delivered again in %.1fs",
+            "message %s on %s (request %s, delivery %s) %s; it is delivered again in %.1fs",
             message.message_id,
             self.queue,
             message.attributes.get(ATTR_REQUEST_ID, "-"),
             message.receive_count,
+            f"asked to be retried: {exc}" if expected else "failed",
             self._redelivery.delay(message),
-            exc_info=True,
+            exc_info=not expected,
         )
+
+
+def _log_context(message: QueueMessage) -> contextlib.AbstractContextManager[None]:
+    return logs.bind(
+        request_id=message.attributes.get(ATTR_REQUEST_ID),
+        session_id=message.group_id,
+        trace_id=logs.trace_id_of(message.attributes.get(ATTR_TRACEPARENT)),
+    )
 
 
 def report_undecodable(queue: str, message: QueueMessage, fate: str) -> None:

@@ -20,6 +20,7 @@ import asyncio
 import contextlib
 import logging
 import threading
+import time
 from collections.abc import Callable
 
 from agentkernel.core.log_limit import RateLimitedLog
@@ -65,18 +66,35 @@ class InLoopConsumer:
         self._room: asyncio.Event | None = None
         self._stop = threading.Event()
         self._stopped = threading.Event()
+        self._drain_since: float | None = None
         self._log = RateLimitedLog(logger)
 
     def start(self) -> asyncio.Task[None]:
         """Start consuming on the running event loop; returns the fetching task."""
         return asyncio.get_running_loop().create_task(self._run(), name=f"{self._name}-in-loop")
 
-    def stop(self, drain_timeout: float | None = None) -> None:
-        """Stop fetching (from any thread); the messages in flight get ``drain_timeout`` seconds."""
+    @property
+    def handling(self) -> MessageHandling:
+        """What each message goes through."""
+        return self._handling
+
+    def stop(self, drain_timeout: float | None = None, since: float | None = None) -> None:
+        """Stop fetching (from any thread); the messages in flight get ``drain_timeout`` seconds.
+
+        Args:
+            since: ``time.monotonic()`` when the drain began, if before this call (for the
+                log line of a message handed back); default now.
+        """
         if drain_timeout is not None:
             self._drain_timeout = max(drain_timeout, 0.0)
+        self._drain_since = since if since is not None else time.monotonic()
         self._handling.stop()  # ends redelivery holds and outage waits at once
         self._stop.set()
+
+    @property
+    def stop_seconds(self) -> float:
+        """Longest time from :meth:`stop` until it has drained and closed."""
+        return WAIT_SLICE_SECONDS + self._drain_timeout
 
     def wait_stopped(self, timeout: float | None = None) -> bool:
         """Wait up to ``timeout`` seconds until the consumer has drained and closed."""
@@ -133,8 +151,9 @@ class InLoopConsumer:
         """Wait (bounded) for the messages in flight; hand back what is still unfinished."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=self._drain_timeout)
+        waited = time.monotonic() - (self._drain_since or time.monotonic())
         for task, message in list(self._tasks.items()):
-            self._handling.hand_back(consumer, message, self._drain_timeout)
+            self._handling.hand_back(consumer, message, waited)
             task.cancel()  # its result would no longer count
         self._log.flush()
 

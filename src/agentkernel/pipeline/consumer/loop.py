@@ -101,6 +101,8 @@ class ConsumerLoop:
         handling.stop_when(self._stop)
         handling.stop_when(self._stopped)
         self._drain_timeout = self.settings.drain_timeout
+        self._drain_since: float | None = None  # set by stop(since=...)
+        self._fetch_wait = 1.0  # the longest fetch wait of a thread (an SQS long poll: 20 s)
         s = self.settings
         self._slots = Slots(
             s.max_in_flight if handling.is_async else s.num_consumers * s.batch_size
@@ -177,16 +179,25 @@ class ConsumerLoop:
         """
         return self._drain_timeout + self.settings.wait_seconds + STOP_CHECK_SECONDS + 5.0
 
-    def stop(self, drain_timeout: float | None = None) -> None:
+    def stop(self, drain_timeout: float | None = None, since: float | None = None) -> None:
         """Stop this loop only (finish in-flight work, then return from :meth:`run`).
 
         Args:
             drain_timeout: seconds to wait for the work in flight, instead of the loop's own
                 ``drain_timeout`` (a caller whose shutdown budget is partly spent).
+            since: ``time.monotonic()`` when the drain began, if before this call (for the
+                log line of a message handed back); default when each thread starts draining.
         """
         if drain_timeout is not None:
             self._drain_timeout = max(drain_timeout, 0.0)
+        self._drain_since = since
         self._stopped.set()
+
+    @property
+    def stop_seconds(self) -> float:
+        """Longest time from :meth:`stop` until every thread has ended: a thread finishes the
+        fetch it is in (a long poll), then drains."""
+        return self._fetch_wait + STOP_CHECK_SECONDS + self._drain_timeout
 
     def stopping(self) -> bool:
         """Whether the consumer threads should stop fetching."""
@@ -221,6 +232,7 @@ class ConsumerLoop:
 
     def _fetch_until_stopped(self, consumer: TransportConsumer, tracker: Tracker) -> None:
         wait = min(self.settings.wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
+        self._fetch_wait = max(self._fetch_wait, wait)
         with self._fetching_done:
             self._fetching += 1
         try:
@@ -240,11 +252,12 @@ class ConsumerLoop:
     ) -> None:
         """Run, as part of the drain, what arrived here after the last fetch; a message that
         finds no free place within the drain is handed back."""
+        began = self._drain_since or time.monotonic()
         for message in late:
             if self._slots.take(1, self._drain_timeout):
                 self._submit(consumer, message, tracker)
             else:
-                self.handling.hand_back(consumer, message, self._drain_timeout)
+                self.handling.hand_back(consumer, message, time.monotonic() - began)
 
     def _open_consumer(self) -> TransportConsumer | None:
         """This thread's consumer, created again with back-off until it works or we stop.
@@ -277,6 +290,7 @@ class ConsumerLoop:
         Nothing is handed back before every thread of the loop has stopped fetching: a sibling
         still fetching would take the message again, and each bounce costs a delivery.
         """
+        began = self._drain_since or time.monotonic()
         if tracker.wait_idle(self._drain_timeout):
             return
         with self._fetching_done:
@@ -284,7 +298,7 @@ class ConsumerLoop:
                 lambda: self._fetching == 0, self.settings.wait_seconds + STOP_CHECK_SECONDS
             )
         for message in tracker.pending():
-            self.handling.hand_back(consumer, message, self._drain_timeout)
+            self.handling.hand_back(consumer, message, time.monotonic() - began)
             tracker.cancel(message)  # its result would no longer count
 
     def _close(self, consumer: TransportConsumer) -> None:

@@ -37,6 +37,7 @@ import uvicorn
 from agentkernel.auth import AuthValidator
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
+from agentkernel.pipeline import tracing
 from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
@@ -211,6 +212,7 @@ class IOHandler:
             sockets: listen on these already bound sockets instead of ``api.host:api.port``
                 (``serve --reload``, whose parent process binds the port once).
         """
+        tracing.export_if_configured()
         self._sockets = sockets
         for sock in sockets or ():
             accept_new_connections(sock)  # the process before this one stopped taking them

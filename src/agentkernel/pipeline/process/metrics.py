@@ -104,6 +104,11 @@ METRICS.describe("agentkernel_turns_total", "counter", "Agent turns finished, by
 METRICS.describe("agentkernel_turns_in_flight", "gauge", "Agent turns running in this process.")
 METRICS.describe("agentkernel_turn_duration_seconds", "histogram", "Agent turn run time.")
 METRICS.describe(
+    "agentkernel_turns_replayed_total",
+    "counter",
+    "Deliveries of turns already committed: answered from the session record, not run again.",
+)
+METRICS.describe(
     "agentkernel_redeliveries_total", "counter", "Deliveries after the first, by queue."
 )
 METRICS.describe(

@@ -15,9 +15,10 @@ from typing import Protocol
 
 import uvicorn
 
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config import AKConfig, SQSQueueConfig
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
+from agentkernel.pipeline.consumer.redelivery import STOP_CHECK_SECONDS
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections
 from agentkernel.pipeline.process.thread_runner import close_in_order
@@ -53,7 +54,7 @@ class ProcessQueues(Protocol):
 def shutdown_budget(config: AKConfig, with_runner: bool) -> float:
     """Longest time from SIGTERM to exit, in seconds: the sum of every step's bound."""
     runner = config.execution.runner.drain_timeout if with_runner else 0.0
-    steps = [runner, OUTPUT_DRAIN_SECONDS, config.api.shutdown_timeout]
+    steps = [runner, OUTPUT_DRAIN_SECONDS, config.api.shutdown_timeout, fetch_wait(config)]
     steps += [OUTPUT_DRAIN_SECONDS, HTTP_DRAIN_SECONDS, LISTENER_DRAIN_SECONDS]
     steps += [HTTP_DRAIN_SECONDS]
     return sum(steps) + len(steps) * STEP_MARGIN_SECONDS
@@ -91,7 +92,8 @@ class ShutdownOrder:
             )
         self.api.release_waiters()
         self.output_loop.stop()
-        if not self.output_loop.wait_stopped(OUTPUT_DRAIN_SECONDS + STEP_MARGIN_SECONDS):
+        # a consumer in an SQS long poll ends it first: up to 20 s with nothing in hand
+        if not self.output_loop.wait_stopped(self.output_loop.stop_seconds + STEP_MARGIN_SECONDS):
             logger.error("the response handler did not stop in time")
         wait_until(lambda: not self.server.server_state.tasks, HTTP_DRAIN_SECONDS)
         self._stop_accepting()
@@ -123,15 +125,15 @@ class ShutdownOrder:
         first; a turn that cannot run in time is logged and its caller answered 503.
         """
         budget = self.config.execution.runner.drain_timeout
-        deadline = time.monotonic() + budget
+        began = time.monotonic()
         self._drain_local(QueueName.INPUT, budget)
-        loop.stop(drain_timeout=max(deadline - time.monotonic(), 0.0))
+        loop.stop(drain_timeout=max(began + budget - time.monotonic(), 0.0), since=began)
         if not loop.wait_stopped(budget + STEP_MARGIN_SECONDS):
             logger.error("the embedded runner did not stop in time")
         queues = self._process_queues()
         if queues is not None:
             for message in queues.purge(QueueName.INPUT):
-                self._abandon(message)
+                self._abandon(message, started=message.message_id in loop.handling.handed_back)
 
     def _process_queues(self) -> ProcessQueues | None:
         if not self.transport.queues_in_process:
@@ -145,24 +147,41 @@ class ShutdownOrder:
         if queues is not None:
             wait_until(lambda: not (queues.depth(queue) or queues.in_flight(queue)), seconds)
 
-    def _abandon(self, message: QueueMessage) -> None:
-        """A turn the embedded runner could not run before exit: log it, answer its caller."""
+    def _abandon(self, message: QueueMessage, started: bool) -> None:
+        """A turn the embedded runner could not finish before exit: log it, answer its caller.
+
+        Args:
+            started: the turn was running when the drain ended (rather than still queued).
+        """
         request_id = message.attributes.get(ATTR_REQUEST_ID, "")
         session_id = message.group_id or ""
         logger.error(
-            "turn %s of session %s was not run before shutdown (delivery %s); it is lost",
+            "turn %s of session %s was %s before shutdown (delivery %s); it is lost",
             request_id or message.message_id,
             session_id,
+            "cut short: it did not finish" if started else "not run",
             message.receive_count,
         )
         if not request_id:
             return
-        text = "the server stopped before this turn could run; send it again"
+        text = (
+            "the server stopped while this turn was running, before it finished; send it again"
+            if started
+            else "the server stopped before this turn could run; send it again"
+        )
         doc = error_doc("SHUTTING_DOWN", text, session_id, request_id)
         try:
             self.store.put(ResponseRecord(request_id, session_id, 503, doc))
         except Exception:
             logger.warning("could not store the 503 of request %s", request_id, exc_info=True)
+
+
+def fetch_wait(config: AKConfig) -> float:
+    """Longest a stopped consumer thread may still sit in one fetch, in seconds."""
+    queues = config.execution.queues
+    if queues.type == "sqs":
+        return (queues.sqs or SQSQueueConfig()).wait_time_seconds
+    return STOP_CHECK_SECONDS
 
 
 def wait_until(done: Callable[[], bool], seconds: float) -> bool:

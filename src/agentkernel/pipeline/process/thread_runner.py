@@ -23,11 +23,14 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any, ClassVar
 
+from agentkernel.pipeline import tracing
+
 logger = logging.getLogger(__name__)
 
 
 def hard_exit(code: int) -> None:
-    """Flush logs and standard streams, then end the process without running cleanups."""
+    """Flush spans, logs and standard streams, then end the process without running cleanups."""
+    tracing.flush()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(OSError, ValueError):  # closed or broken stream
