@@ -45,7 +45,7 @@ RUNNER_ROLE = {
     "ConsumeInput": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
     | {"sqs:GetQueueAttributes"},
     "SendToOutput": {"sqs:SendMessage"},
-    "SessionStore": {"dynamodb:GetItem", "dynamodb:PutItem"} | {"dynamodb:DescribeTable"},
+    "SessionStore": {"dynamodb:GetItem", "dynamodb:PutItem"},
     "DeadLetterInput": {"sqs:SendMessage"},  # an undecodable turn, copied to the DLQ at once
 }
 

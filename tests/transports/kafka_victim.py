@@ -33,7 +33,9 @@ wanted, mode = int(sys.argv[2]), sys.argv[3]
 books = None
 if mode == "ack-behind-unmarked":
     # The keys the transport itself would use (named by the cluster and the group).
-    cluster = cluster_id(AdminClient({"bootstrap.servers": settings.bootstrap_servers}), 5.0)
+    cluster = cluster_id(
+        AdminClient({"bootstrap.servers": settings.bootstrap_servers}).list_topics(timeout=5.0)
+    )
     prefix = bookkeeping_prefix(cluster, settings.group_id, settings.bootstrap_servers)
     books = UnmarkedBookkeeping(settings.bookkeeping_redis_url, prefix)
 consumer = KafkaTransport(settings, books).create_consumer(QueueName.INPUT)

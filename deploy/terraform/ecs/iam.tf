@@ -115,9 +115,9 @@ data "aws_iam_policy_document" "runner" {
   }
 
   statement {
-    # DescribeTable: the session store's check behind the runner's GET /ready
+    # GetItem is also the session store's check at start-up and behind the runner's GET /ready
     sid       = "SessionStore"
-    actions   = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:DescribeTable"]
+    actions   = ["dynamodb:GetItem", "dynamodb:PutItem"]
     resources = [module.tables[0].session_table_arn]
   }
 }

@@ -40,13 +40,13 @@ def topic_ids(admin: Any, topics: list[str], timeout: float) -> dict[str, str | 
     return ids
 
 
-def cluster_id(admin: Any, timeout: float) -> str | None:
-    """The id the cluster reports (``None`` when it reports none or does not answer)."""
-    try:
-        found = admin.list_topics(timeout=timeout).cluster_id
-    except (KafkaException, TimeoutError) as exc:
-        logger.warning("Kafka did not report its cluster id (%s)", exc)
-        return None
+def cluster_id(metadata: Any) -> str | None:
+    """The id the cluster reports in its metadata (``None`` when it reports none).
+
+    Only an answer without an id gives ``None``: a cluster that does not answer fails the
+    transport's start instead, so its keys are never named by the fallback for a moment.
+    """
+    found = metadata.cluster_id
     return str(found) if found else None
 
 

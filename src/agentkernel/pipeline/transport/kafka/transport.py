@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
+from collections.abc import Container
 from typing import Any
 
 from confluent_kafka import KafkaError, KafkaException, Producer
@@ -58,12 +59,12 @@ class KafkaTransport(QueueTransport):
         self._lock = threading.Lock()
         with kafka_errors("admin client", key=_CLIENT_KEY):
             self._admin = AdminClient(self._conf())
+        metadata = self._metadata()  # one round trip: unreachable fails here, once
         self._owns_bookkeeping = bookkeeping is None
         if bookkeeping is None:
-            cluster = cluster_id(self._admin, settings.metadata_timeout)
-            bookkeeping = _bookkeeping(settings, cluster)
+            bookkeeping = _bookkeeping(settings, cluster_id(metadata))
         self.bookkeeping = bookkeeping
-        self._check_topics()
+        self._check_topics(metadata.topics)
         #: Topic name -> the broker's topic id (``None``: not reported), naming positions.
         self.topic_ids = topic_ids(
             self._admin, list(self.topics.values()), settings.metadata_timeout
@@ -92,8 +93,8 @@ class KafkaTransport(QueueTransport):
         with kafka_errors(f"metadata from {self.settings.bootstrap_servers}"):
             return self._admin.list_topics(timeout=self.settings.metadata_timeout)
 
-    def _check_topics(self) -> None:
-        missing = [t for t in self._all_topics() if t not in self._metadata().topics]
+    def _check_topics(self, existing: Container[str]) -> None:
+        missing = [t for t in self._all_topics() if t not in existing]
         if not missing:
             return
         if not self.settings.auto_provision:
