@@ -22,8 +22,6 @@ from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.session_store.testing import SessionStoreContract
 
-from .test_response_stores import create_table
-
 
 def create_session_table(name: str) -> None:
     """A session table as the deployment templates declare it: with the owner index."""

@@ -1,9 +1,12 @@
-"""What the OpenAPI document (``/openapi.json``, ``/docs``) says about the chat routes: their
-request body and headers, and every status each can answer."""
+"""What the OpenAPI document (``/openapi.json``, ``/docs``) says about the chat and sessions
+routes: their request body and headers, the documents they answer, and every status each can
+answer."""
 
 from __future__ import annotations
 
 from typing import Any
+
+from pydantic import BaseModel, Field
 
 from agentkernel.pipeline.chat import ChatRequest
 
@@ -99,4 +102,84 @@ READY_RESPONSES: dict[int | str, dict[str, Any]] = {
         "with which one in the body.",
         **_ERROR,
     },
+}
+
+
+class ListedSession(BaseModel):
+    """A session in a listing."""
+
+    session_id: str = Field(description="The id the client gave the session.")
+    last_activity_at: str = Field(description="ISO 8601 UTC time of its last committed turn.")
+
+
+class SessionList(BaseModel):
+    """``GET /api/v1/sessions``: one page of the caller's sessions, newest activity first."""
+
+    sessions: list[ListedSession]
+    next_cursor: str | None = Field(
+        description="Pass as 'cursor' for the next page; null on the last page."
+    )
+
+
+class SessionTurn(BaseModel):
+    """A committed turn of a session (the latest 50 are kept)."""
+
+    request_id: str
+    status_code: int = Field(description="Status of the turn's reply (200, 500, 504, ...).")
+    error: str | None = Field(description="The reply's error code; null for a success.")
+    finished_at: str = Field(description="ISO 8601 UTC time the turn was committed.")
+
+
+class LastReply(BaseModel):
+    """The reply of the session's latest committed turn."""
+
+    request_id: str
+    status_code: int
+    body: dict[str, Any] = Field(description="The reply document, as a poll returns it.")
+
+
+class SessionView(BaseModel):
+    """``GET /api/v1/sessions/{session_id}``: one of the caller's sessions."""
+
+    session_id: str
+    version: int = Field(description="Raised by one with every write of the session.")
+    state: dict[str, Any] = Field(description="The agent's state of the session.")
+    last_activity_at: str | None
+    turns: list[SessionTurn] = Field(description="Recent turns, newest first.")
+    last_reply: LastReply | None
+
+
+_SESSION_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: {
+        "description": "A malformed session id, limit (1-100) or cursor (INVALID_REQUEST, "
+        "INVALID_CURSOR).",
+        **_ERROR,
+    },
+    401: {"description": "Authentication is on and the credential is missing or bad.", **_ERROR},
+    501: {
+        "description": "This process cannot read sessions (in-memory sessions of another "
+        "process, or a store without an index): NOT_SUPPORTED.",
+        **_ERROR,
+    },
+    503: {"description": "A store is unreachable or lost its data; retry later.", **_ERROR},
+}
+LIST_SESSIONS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": SessionList, "description": "A page of the caller's sessions."},
+    **_SESSION_ERRORS,
+}
+SHOW_SESSION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: {"model": SessionView, "description": "The session."},
+    404: {
+        "description": "NOT_FOUND: no such session of the caller (whether another identity "
+        "has one of that id is never told).",
+        **_ERROR,
+    },
+    **_SESSION_ERRORS,
+}
+DELETE_SESSION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    204: {
+        "description": "Erased: the session's state, turn tickets, replies and stream chunks. "
+        "Also answered when there was nothing to erase (idempotent, and telling nothing)."
+    },
+    **_SESSION_ERRORS,
 }

@@ -7,8 +7,8 @@ import json
 import secrets
 import time
 from abc import ABC, abstractmethod
-from dataclasses import asdict, dataclass, field
 from collections.abc import Iterable
+from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from agentkernel.core.errors import ResponseStoreError

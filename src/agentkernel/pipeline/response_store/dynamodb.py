@@ -10,7 +10,8 @@ polls with a short, growing interval (the base class's ``wait``). DynamoDB remov
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
 Chunks of streamed replies, and the ticket of an accepted turn, are items of their own; streaming
 clients read chunks with the same short poll. The request ids of a session's tickets and replies
-are a string set in the item ``#turns#<session key>`` (same TTL), so a session can be erased. The per-identity quota counts are one item per
+are a string set in the item ``#turns#<session key>`` (same TTL), so a session can be erased.
+The per-identity quota counts are one item per
 identity in the same table (:mod:`agentkernel.pipeline.quota.dynamodb`).
 
 Every botocore exception is mapped by :mod:`agentkernel.core.botocore_errors`: an unreachable

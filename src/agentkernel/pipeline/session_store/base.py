@@ -141,8 +141,9 @@ class SessionRecord:
         applied = None if self.applied is None else self.applied.to_doc()
         optional = {"trial": self.trial, "owner": self.owner, "applied": applied}
         optional["adopted_by"] = self.adopted_by
-        optional["log"] = [entry.to_doc() for entry in self.log] or None
-        return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
+        log = [entry.to_doc() for entry in self.log]
+        kept = {k: v for k, v in optional.items() if v is not None}
+        return json.dumps(doc | kept | ({"log": log} if log else {}))
 
     @classmethod
     def decode(cls, text: str | bytes, version: int) -> SessionRecord:

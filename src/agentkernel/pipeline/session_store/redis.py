@@ -2,7 +2,8 @@
 
 A commit is one Lua script (compare the version, write, refresh the TTL, and refresh the
 session's entry in its identity's index, the sorted set ``<prefix>sessions:<scope>`` scored by
-the write's time in milliseconds), so it is atomic against every other runner process. A session without a record is new only while the store's
+the write's time in milliseconds), so it is atomic against every other runner process. A
+session without a record is new only while the store's
 epoch is intact (:mod:`agentkernel.core.redis_guard`); otherwise the read raises
 :class:`StoreDataLostError` rather than start the session again from nothing.
 
@@ -136,7 +137,7 @@ class RedisSessionStore(SessionStore):
             found = self._redis.zrevrangebyscore(
                 key, top, oldest, start=0, num=limit + 1 + ties, withscores=True
             )
-        entries = [SessionEntry(_text(member), int(score)) for member, score in found]
+        entries = [SessionEntry(_text(pair[0]), int(pair[1])) for pair in found]
         return page_of(entries, limit, after)
 
     def delete(self, session_id: str) -> None:
@@ -152,5 +153,5 @@ class RedisSessionStore(SessionStore):
         return list(self._guard.warnings)
 
 
-def _text(value: bytes | str) -> str:
-    return value.decode() if isinstance(value, bytes) else value
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -166,9 +166,7 @@ class SessionStoreContract:
         page = store.list_sessions(mine, 10)
         order = [keys[1], keys[4], keys[3], keys[2], keys[0]]
         assert [entry.key for entry in page.entries] == order and not page.more
-        assert [entry.key for entry in store.list_sessions(theirs, 10).entries] == [
-            f"{theirs}/s0"
-        ]
+        assert [entry.key for entry in store.list_sessions(theirs, 10).entries] == [f"{theirs}/s0"]
         assert store.list_sessions(self.scope(), 10).entries == []
 
     def test_pages_follow_each_other_without_gaps_or_repeats(self) -> None:
