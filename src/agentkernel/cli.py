@@ -5,6 +5,7 @@
     agentkernel runner AGENTS     Agent Runner only (the containerized runner process)
     agentkernel chat [PROMPT]     send a turn to a running server and print the reply
                                   (--stream: as it is produced; no PROMPT: interactive)
+    agentkernel sessions ACTION   list, show or delete your sessions on a running server
 
 AGENTS is a ``.py`` file or an importable ``module`` / ``module:attr`` that registers agents.
 """
@@ -22,7 +23,7 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from agentkernel import __version__
+from agentkernel import __version__, cli_sessions
 from agentkernel.core.agent import Agent, AgentRegistry, Module
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
@@ -229,6 +230,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("AGENTKERNEL_TOKEN"),
         help="bearer token (JWT) for a server with authentication on (default $AGENTKERNEL_TOKEN)",
     )
+    cli_sessions.add_parser(sub)
     return parser
 
 
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "chat":
             return _chat(args)
+        if args.command == "sessions":
+            return cli_sessions.run(args)
         if args.command == "runner":
             _runner(args)
         else:

@@ -184,7 +184,8 @@ def _session_id(key: str) -> str:
 
 
 def _iso(seconds: float) -> str:
-    return datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    text = datetime.fromtimestamp(seconds, UTC).isoformat(timespec="milliseconds")
+    return text.removesuffix("+00:00") + "Z"
 
 
 def _listed(entry: SessionEntry) -> dict[str, Any]:
