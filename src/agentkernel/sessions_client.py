@@ -61,9 +61,7 @@ class SessionsClient:
         """Erase the session everywhere (the server answers 204 whether or not it existed)."""
         self._call("DELETE", _one(session_id))
 
-    def _call(
-        self, method: str, path: str, params: dict[str, str] | None = None
-    ) -> httpx.Response:
+    def _call(self, method: str, path: str, params: dict[str, str] | None = None) -> httpx.Response:
         try:
             response = self._http.request(method, path, params=params)
         except httpx.HTTPError as exc:
