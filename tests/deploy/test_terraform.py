@@ -314,7 +314,7 @@ def test_ecs_stop_timeout_exceeds_the_runner_drain(max_turn) -> None:
 
 def test_request_handler_http_routes_exist_in_the_api() -> None:
     routes = a.locals_of(a.MODULES / "api-gateway")["routes"]
-    declared = set(re.findall(r'"(GET|POST) ([^"]+)"', a.expression(routes)))
+    declared = set(re.findall(r'"(GET|POST|DELETE) ([^"]+)"', a.expression(routes)))
     from agentkernel.pipeline.request_handler import RequestHandler
     from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
     from agentkernel.pipeline.transport.in_memory import InMemoryTransport
@@ -322,6 +322,7 @@ def test_request_handler_http_routes_exist_in_the_api() -> None:
     app = RequestHandler(InMemoryTransport(), InMemoryResponseStore()).build_app()
     served = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ())}
     assert declared and declared <= served
+    assert ("DELETE", "/api/v1/sessions/{session_id}") in declared  # the sessions API too
 
 
 def test_the_session_table_has_the_owner_index_the_sessions_api_lists_by() -> None:
