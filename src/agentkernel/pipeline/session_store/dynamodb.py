@@ -112,17 +112,21 @@ class DynamoDBSessionStore(SessionStore):
     def list_sessions(
         self, scope: str, limit: int, after: SessionEntry | None = None
     ) -> SessionPage:
-        top = "" if after is None else " AND active_at <= :top"
+        # The bounds are on the sort key (a filter may not name a key of the index): within the
+        # TTL, and at or before the cursor's time (ties at that time are skipped by page_of).
+        oldest = now_ms() - int(self._ttl * 1000)
+        if after is not None and after.active_at <= oldest:
+            return SessionPage([], False)  # a cursor older than any live session
+        values = {":scope": {"S": scope}, ":oldest": {"N": str(oldest)}}
+        condition = "owner_scope = :scope AND active_at > :oldest"
+        if after is not None:
+            values[":top"] = {"N": str(after.active_at)}
+            condition = "owner_scope = :scope AND active_at BETWEEN :oldest AND :top"
         query: dict[str, Any] = {
             "TableName": self._table,
             "IndexName": OWNER_INDEX,
-            "KeyConditionExpression": f"owner_scope = :scope{top}",
-            "FilterExpression": "active_at > :oldest",
-            "ExpressionAttributeValues": {
-                ":scope": {"S": scope},
-                ":oldest": {"N": str(now_ms() - int(self._ttl * 1000))},
-            }
-            | ({} if after is None else {":top": {"N": str(after.active_at)}}),
+            "KeyConditionExpression": condition,
+            "ExpressionAttributeValues": values,
             "ScanIndexForward": False,
         }
         entries: list[SessionEntry] = []

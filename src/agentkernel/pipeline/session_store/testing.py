@@ -219,3 +219,9 @@ class SessionStoreContract:
         store.delete(key)
         record = self.commit_in(store, key, "key:x")
         assert (record.version, len(record.log)) == (1, 1)
+
+    def test_a_page_after_an_entry_older_than_any_session_is_empty(self) -> None:
+        store, scope = self.make_store(), self.scope()
+        self.commit_in(store, f"{scope}/s", "key:x")
+        page = store.list_sessions(scope, 10, SessionEntry(f"{scope}/zzz", 1))
+        assert (page.entries, page.more) == ([], False)
