@@ -274,9 +274,11 @@ class RedisResponseStore(ResponseStore):
         return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
 
     def _erase_turn(self, request_id: str) -> bool:
-        keys = [self._key(request_id), self._ticket_key(request_id)]
+        keys = [self._key(request_id), self._ticket_key(request_id), self._chunks_key(request_id)]
+        if self._upstream_prefix is not None:  # a reply upstream wrote before a migration
+            keys.append(f"{self._upstream_prefix}{request_id}")
         with _errors(f"erase of {request_id}"):
-            return int(self._redis.delete(*keys, self._chunks_key(request_id))) > 0
+            return int(self._redis.delete(*keys)) > 0
 
     def _forget_requests(self, key: str) -> None:
         with _errors(f"erase of the turns of session {key}"):
