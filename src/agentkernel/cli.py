@@ -5,6 +5,7 @@
     agentkernel runner AGENTS     Agent Runner only (the containerized runner process)
     agentkernel chat [PROMPT]     send a turn to a running server and print the reply
                                   (--stream: as it is produced; no PROMPT: interactive)
+    agentkernel sessions ACTION   list, show or delete your sessions on a running server
 
 AGENTS is a ``.py`` file or an importable ``module`` / ``module:attr`` that registers agents.
 """
@@ -20,7 +21,7 @@ import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
-from agentkernel import __version__
+from agentkernel import __version__, cli_sessions
 from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
@@ -323,6 +324,7 @@ def build_parser() -> argparse.ArgumentParser:
         default=os.environ.get("AGENTKERNEL_TOKEN"),
         help="bearer token (JWT) for a server with authentication on (default $AGENTKERNEL_TOKEN)",
     )
+    cli_sessions.add_parser(sub)
     return parser
 
 
@@ -341,6 +343,8 @@ def main(argv: list[str] | None = None) -> int:
 def _dispatch(args: argparse.Namespace, sockets: list[socket.socket] | None = None) -> int:
     if args.command == "chat":
         return _chat(args)
+    if args.command == "sessions":
+        return cli_sessions.run(args)
     if args.command == "runner":
         _runner(args)
     else:

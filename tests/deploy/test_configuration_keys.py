@@ -113,7 +113,8 @@ def ecs_container_variables(local_name: str) -> set[str]:
 
 
 def test_ecs_io_container_gets_the_guides_variables() -> None:
-    assert ecs_container_variables("io_environment") == GUIDE_IO | {"AK_API__PORT"}
+    session = {"AK_SESSION__TYPE", "AK_SESSION__DYNAMODB__TABLE_NAME"}  # the sessions API
+    assert ecs_container_variables("io_environment") == GUIDE_IO | {"AK_API__PORT"} | session
 
 
 def test_ecs_runner_container_gets_the_guides_variables_and_a_shared_session_store() -> None:

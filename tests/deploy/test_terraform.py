@@ -40,6 +40,8 @@ IO_ROLE = {
     | {"dynamodb:DescribeTable"}
     | {"dynamodb:UpdateItem"},  # the per-identity quota counts
     "DeadLetterOutput": {"sqs:SendMessage"},  # an undecodable reply, copied to the DLQ at once
+    # the sessions API: show, list (the owner index), erase
+    "SessionStore": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"},
 }
 RUNNER_ROLE = {
     "ConsumeInput": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
@@ -183,6 +185,8 @@ def test_ecs_task_roles_have_the_guides_actions_each_on_its_resource() -> None:
     )
     assert io["ResponseStore"][1] == ["${module.tables[0].response_table_arn}"]
     assert runner["SessionStore"][1] == ["${module.tables[0].session_table_arn}"]
+    table = "${module.tables[0].session_table_arn}"
+    assert io["SessionStore"][1] == [table, f"{table}/index/by_owner"]
 
 
 def test_the_roles_cover_every_api_call_the_code_makes() -> None:
@@ -207,9 +211,13 @@ def test_the_roles_cover_every_api_call_the_code_makes() -> None:
     store_calls = api_calls(SRC / "pipeline" / "response_store" / "dynamodb.py", "dynamodb")
     store_calls |= api_calls(SRC / "pipeline" / "quota" / "dynamodb.py", "dynamodb")
     assert store_calls <= policy("io")["ResponseStore"][0]
-    # a runner reads its session table at start-up and on its /ready, with calls its role allows
     session_calls = api_calls(SRC / "pipeline" / "session_store" / "dynamodb.py", "dynamodb")
-    assert session_calls <= policy("runner")["SessionStore"][0]
+    # the runner reads (also its start-up check and /ready) and commits; the IO process's
+    # sessions API shows, lists and erases
+    runner, io = policy("runner")["SessionStore"][0], policy("io")["SessionStore"][0]
+    assert {"dynamodb:GetItem", "dynamodb:PutItem"} <= runner
+    assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"} <= io
+    assert session_calls <= runner | io
 
 
 def response_table_actions(module: str) -> set[str]:
@@ -305,7 +313,7 @@ def test_ecs_stop_timeout_exceeds_the_runner_drain(max_turn) -> None:
 
 def test_request_handler_http_routes_exist_in_the_api() -> None:
     routes = a.locals_of(a.MODULES / "api-gateway")["routes"]
-    declared = set(re.findall(r'"(GET|POST) ([^"]+)"', a.expression(routes)))
+    declared = set(re.findall(r'"(GET|POST|DELETE) ([^"]+)"', a.expression(routes)))
     from agentkernel.pipeline.request_handler import RequestHandler
     from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
     from agentkernel.pipeline.transport.in_memory import InMemoryTransport
@@ -313,6 +321,20 @@ def test_request_handler_http_routes_exist_in_the_api() -> None:
     app = RequestHandler(InMemoryTransport(), InMemoryResponseStore()).build_app()
     served = {(m, r.path) for r in app.routes for m in getattr(r, "methods", ())}
     assert declared and declared <= served
+    assert ("DELETE", "/api/v1/sessions/{session_id}") in declared  # the sessions API too
+
+
+def test_the_session_table_has_the_owner_index_the_sessions_api_lists_by() -> None:
+    from agentkernel.pipeline.session_store.dynamodb import OWNER_INDEX
+
+    text = (a.MODULES / "tables" / "main.tf").read_text()
+    index = re.search(r'dynamic "global_secondary_index" \{(.*?)\n  \}', text, re.S)
+    assert index is not None
+    block = index.group(1)
+    assert f'["{OWNER_INDEX}"]' in block and 'each.key == "session"' in block
+    assert re.search(r'hash_key\s*=\s*"owner_scope"', block)
+    assert re.search(r'range_key\s*=\s*"active_at"', block)
+    assert '{ owner_scope = "S", active_at = "N" }' in text
 
 
 def test_the_ecs_runner_serves_its_health_port_and_the_task_checks_it() -> None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import time
 import uuid
 
+import boto3
 import pytest
 
 from agentkernel.core.config import SessionConfig
@@ -16,12 +17,35 @@ from agentkernel.core.errors import (
 )
 from agentkernel.pipeline.session_store import SessionStore, create_session_store
 from agentkernel.pipeline.session_store.base import SessionRecord
-from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
+from agentkernel.pipeline.session_store.dynamodb import OWNER_INDEX, DynamoDBSessionStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.session_store.testing import SessionStoreContract
 
-from .test_response_stores import create_table
+
+def create_session_table(name: str) -> None:
+    """A session table as the deployment templates declare it: with the owner index."""
+    string, number = "S", "N"
+    boto3.client("dynamodb").create_table(
+        TableName=name,
+        KeySchema=[{"AttributeName": "session_id", "KeyType": "HASH"}],
+        AttributeDefinitions=[
+            {"AttributeName": "session_id", "AttributeType": string},
+            {"AttributeName": "owner_scope", "AttributeType": string},
+            {"AttributeName": "active_at", "AttributeType": number},
+        ],
+        GlobalSecondaryIndexes=[
+            {
+                "IndexName": OWNER_INDEX,
+                "KeySchema": [
+                    {"AttributeName": "owner_scope", "KeyType": "HASH"},
+                    {"AttributeName": "active_at", "KeyType": "RANGE"},
+                ],
+                "Projection": {"ProjectionType": "KEYS_ONLY"},
+            }
+        ],
+        BillingMode="PAY_PER_REQUEST",
+    )
 
 
 class TestInMemorySessions(SessionStoreContract):
@@ -44,7 +68,7 @@ class TestDynamoDBSessions(SessionStoreContract):
     @pytest.fixture(autouse=True)
     def _server(self, aws: str) -> None:
         self.table = f"sessions-{uuid.uuid4().hex[:8]}"
-        create_table(self.table, "session_id")
+        create_session_table(self.table)
 
     def make_store(self, ttl: float = 60) -> SessionStore:
         return DynamoDBSessionStore(self.table, ttl=ttl)

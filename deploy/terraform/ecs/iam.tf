@@ -3,7 +3,8 @@
 # depth metrics) and dynamodb:DescribeTable (response store ping), dynamodb:UpdateItem (the
 # per-identity quota counts, one item per identity in the response table), and sqs:SendMessage
 # to the dead-letter queue of the queue each role consumes (an undecodable message is copied
-# there at once). tests/deploy checks the lists.
+# there at once). The IO role also reads, lists (the owner index) and erases sessions for the
+# sessions API. tests/deploy checks the lists.
 
 data "aws_iam_policy_document" "ecs_tasks_assume" {
   statement {
@@ -69,6 +70,12 @@ data "aws_iam_policy_document" "io" {
       "dynamodb:UpdateItem",
     ]
     resources = [module.tables[0].response_table_arn]
+  }
+
+  statement {
+    sid       = "SessionStore" # the sessions API: show, list by the owner index, erase
+    actions   = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"]
+    resources = [module.tables[0].session_table_arn, "${module.tables[0].session_table_arn}/index/by_owner"]
   }
 }
 

@@ -16,6 +16,8 @@ locals {
     AK_EXECUTION__QUEUES__OUTPUT__NO_OF_CONSUMERS      = tostring(var.output_no_of_consumers)
     AK_EXECUTION__QUEUES__BATCH_SIZE                   = tostring(var.batch_size)
     AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME = module.tables[0].response_table_name
+    AK_SESSION__TYPE                                   = "dynamodb" # the sessions API reads them
+    AK_SESSION__DYNAMODB__TABLE_NAME                   = module.tables[0].session_table_name
     AK_API__PORT                                       = tostring(var.api_port)
     } : {
     AK_API__PORT = tostring(var.api_port)

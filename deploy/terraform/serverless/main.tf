@@ -40,6 +40,8 @@ module "request_handler" {
   output_queue_url    = module.queues.output_queue_url
   response_table_name = module.tables.response_table_name
   response_table_arn  = module.tables.response_table_arn
+  session_table_name  = module.tables.session_table_name
+  session_table_arn   = module.tables.session_table_arn
   tags                = var.tags
 }
 

@@ -45,6 +45,7 @@ from agentkernel.aws.routes import (
     is_read,
     normalize,
     read_address,
+    sessions_route,
     under_base,
 )
 from agentkernel.aws.settings import ecs_config
@@ -58,6 +59,7 @@ from agentkernel.pipeline.envelope import (
 )
 from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront, StreamAnswer
 from agentkernel.pipeline.response_store import create_response_store
+from agentkernel.pipeline.session_store import create_session_store
 from agentkernel.pipeline.transport.base import QueueTransportFactory
 
 if TYPE_CHECKING:  # boto3 is imported only where a connections table is used
@@ -111,7 +113,9 @@ class Lambda:
             AKConfig.set(config)
             transport = QueueTransportFactory.create(config.execution.queues)
             store = create_response_store(config.execution.response_store)
-            cls._front = ChatFront(transport, store, config)
+            session = config.session  # in memory, sessions live in the runner function only
+            sessions = None if session.type == "in_memory" else create_session_store(session)
+            cls._front = ChatFront(transport, store, config, sessions=sessions)
         return cls._front
 
     @classmethod
@@ -153,6 +157,8 @@ class Lambda:
             return _answer(cls._run(front.post_chat(_chat_call(request, identity, context))))
         if is_read(request, path):
             return cls._read(request, path)
+        if (route := sessions_route(request)) is not None:
+            return cls._sessions(request, *route)
         under = under_base(request.path)
         custom = None if under is None else cls._routes.get((request.method, under))
         if custom is not None:
@@ -166,6 +172,20 @@ class Lambda:
         address = read_address(request, path, front.config.api.max_body_bytes)
         identity = alias(front.config.api.auth.aliases, request.identity)
         return _answer(cls._run(front.get_chat(*address, identity)))
+
+    @classmethod
+    def _sessions(cls, request: HttpRequest, method: str, session_id: str | None) -> dict[str, Any]:
+        """The sessions API: list (``session_id`` ``None``), show or erase one session."""
+        front = cls.front()
+        identity = alias(front.config.api.auth.aliases, request.identity)
+        if session_id is None:
+            query = request.query
+            work = front.list_sessions(identity, query.get("limit"), query.get("cursor"))
+        elif method == "GET":
+            work = front.show_session(session_id, identity)
+        else:
+            work = front.delete_session(session_id, identity)
+        return _answer(cls._run(work))
 
     # -- WebSocket -------------------------------------------------------------------------
 
@@ -252,6 +272,8 @@ def _chat_call(request: HttpRequest, identity: str | None, context: Any) -> Chat
 def _answer(answer: Answer | StreamAnswer) -> dict[str, Any]:
     if isinstance(answer, StreamAnswer):  # never asked for: this adapter reads no Accept
         raise HTTPError(406, "NOT_ACCEPTABLE", "streaming is not served by this function")
+    if answer.status == 204:  # no body at all
+        return {"statusCode": 204, "headers": answer.headers, "body": "", "isBase64Encoded": False}
     return http_response(answer.status, answer.doc, answer.headers or None)
 
 

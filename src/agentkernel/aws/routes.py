@@ -6,6 +6,9 @@ A custom route registered as ``/app`` answers at ``/app`` and under the API base
 variables on the function; with ``AGENT_ENDPOINT`` set too, ``{base}/{AGENT_ENDPOINT}`` is
 another name of ``/api/v1/chat``.
 
+The sessions API answers at ``/api/v1/sessions`` (``GET``) and ``/api/v1/sessions/{session_id}``
+(``GET``, ``DELETE``), as on the FastAPI front.
+
 A turn's reply is read by any of three forms, all through the chat front's one visibility rule:
 ``GET /api/v1/chat/{session_id}?request_id=``, ``GET /api/v1/chat?session_id=&request_id=``,
 and ``GET /api/v1/chat`` with ``{"session_id": ..., "request_id": ...}`` as its JSON body.
@@ -21,6 +24,7 @@ from typing import Any
 
 from agentkernel.aws.events import HttpRequest, http_response
 from agentkernel.pipeline.chat import CHAT_PATH, HTTPError
+from agentkernel.pipeline.sessions import SESSIONS_PATH
 
 #: A custom route: ``fn(event, context)`` returning a document, ``(status, document)`` or a
 #: complete API Gateway response (a dict with ``statusCode`` and ``body``).
@@ -30,6 +34,7 @@ DEFAULT_BASE_PATH = "/api/v1"
 #: Variables upstream's Terraform module sets on the request handler function.
 BASE_PATH_ENV, VERSION_ENV, AGENT_ENDPOINT_ENV = "API_BASE_PATH", "API_VERSION", "AGENT_ENDPOINT"
 _SESSION_PATH = re.compile(rf"^{re.escape(CHAT_PATH)}/([^/]+)$")
+_SESSIONS = re.compile(rf"^{re.escape(SESSIONS_PATH)}(?:/([^/]+))?$")
 
 
 def normalize(route: str) -> str:
@@ -83,6 +88,18 @@ def custom_response(result: Any) -> dict[str, Any]:
 def is_read(request: HttpRequest, path: str) -> bool:
     """Whether ``request`` reads a reply, in any of the three forms."""
     return request.method == "GET" and (path == CHAT_PATH or bool(_SESSION_PATH.match(path)))
+
+
+def sessions_route(request: HttpRequest) -> tuple[str, str | None] | None:
+    """``(method, session_id)`` of a sessions API request (``session_id`` ``None`` for the
+    listing), or ``None`` when ``request`` is not one."""
+    match = _SESSIONS.match(request.path)
+    if match is None:
+        return None
+    session_id = match.group(1)
+    if request.method == "GET" or (request.method == "DELETE" and session_id is not None):
+        return request.method, None if session_id is None else _text(session_id, "session_id")
+    return None
 
 
 def read_address(request: HttpRequest, path: str, max_body_bytes: int) -> tuple[str, str | None]:

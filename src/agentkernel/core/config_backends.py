@@ -315,7 +315,9 @@ class DynamoDBStoreConfig(Block):
     table_name: str | None = Field(
         None,
         description="Table name; its string partition key is request_id (response store) or "
-        "session_id (session store), and expiry_time is its TTL attribute.",
+        "session_id (session store), and expiry_time is its TTL attribute. A session table "
+        "also needs the global secondary index by_owner (owner_scope string, active_at number, "
+        "keys only) for GET /api/v1/sessions.",
     )
     region_name: str | None = Field(None, description="AWS region; default from the environment.")
     endpoint_url: str | None = Field(None, description="Override the endpoint (local servers).")

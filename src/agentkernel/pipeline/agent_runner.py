@@ -310,6 +310,9 @@ class AgentRunner(QueueConsumer):
             await call(self.sessions.nonblocking, commit, key, base, outcome, state, position)
         except StaleSessionError:
             fresh = await self._read(key)
+            if fresh.version == 0 and base.version > 0:  # erased while the turn ran
+                await self._erased(message, session_id, outcome.request_id)
+                return
             if not fresh.has_applied(outcome.request_id, position):
                 raise
             logger.warning(
@@ -394,6 +397,14 @@ class AgentRunner(QueueConsumer):
         outcome = TurnOutcome(turn.request_id, 500, json.dumps(doc))
         await self._commit_and_reply(message, turn.session_id, base, outcome, None)
         return doc
+
+    async def _erased(self, message: QueueMessage, session_id: str, request_id: str) -> None:
+        """The session was erased while its turn ran: answer so, writing nothing back."""
+        logger.info(
+            "turn %s of session %s: the session was erased meanwhile", request_id, session_id
+        )
+        text = "the session was deleted (or expired) while this turn ran; nothing was kept"
+        await self._reply(message, 409, error_doc("SESSION_DELETED", text, session_id, request_id))
 
     async def _refuse(
         self, message: QueueMessage, session_id: str, request_id: str, exc: StoreDataLostError

@@ -57,6 +57,8 @@ from agentkernel.pipeline.quota.front import IdentityQuota
 from agentkernel.pipeline.readiness import CheckedStore, readiness
 from agentkernel.pipeline.request_ids import RequestIds
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.session_store import SessionStore
+from agentkernel.pipeline.sessions import SessionsAPI
 from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.transport.base import QueueTransport
 
@@ -82,6 +84,8 @@ class ChatFront:
         config: settings; default the process-wide :class:`AKConfig`.
         registry: agents known to this process, used to reject unknown agent names early
             (an IO process without agents leaves that check to the runner, which answers 404).
+        sessions: the session store the sessions API reads and erases (``None``: it answers
+            501 until one is set on ``session_ops.sessions``).
     """
 
     def __init__(
@@ -90,6 +94,7 @@ class ChatFront:
         store: ResponseStore,
         config: AKConfig | None = None,
         registry: AgentRegistry | None = None,
+        sessions: SessionStore | None = None,
     ) -> None:
         self.transport, self.store = transport, store
         self.config = config if config is not None else AKConfig.get()
@@ -100,6 +105,7 @@ class ChatFront:
         self._waiters_lock = threading.Lock()
         self._released = False
         self.quota = IdentityQuota(store, self.config.api.limits)
+        self.session_ops = SessionsAPI(sessions, store, self.quota)
         #: What ``GET /ready`` checks beside the broker (an embedded runner adds its sessions).
         self.stores: dict[str, CheckedStore] = {"response_store": store}
 
@@ -271,6 +277,22 @@ class ChatFront:
     async def wait_reply(self, request_id: str) -> ResponseRecord | None:
         """Wait for a reply up to ``api.sync_timeout`` seconds (the WebSocket front)."""
         return await self.store.wait(request_id, self.config.api.sync_timeout)
+
+    # -- sessions (pipeline.sessions) ---------------------------------------------------------
+
+    async def list_sessions(
+        self, identity: str | None, limit: str | None, cursor: str | None
+    ) -> Answer:
+        """The caller's sessions, newest activity first (see :class:`SessionsAPI`)."""
+        return await self.session_ops.list(identity, limit, cursor)
+
+    async def show_session(self, session_id: str, identity: str | None) -> Answer:
+        """One of the caller's sessions: state, recent turns, last reply; 404 if not theirs."""
+        return await self.session_ops.show(session_id, identity)
+
+    async def delete_session(self, session_id: str, identity: str | None) -> Answer:
+        """Erase one of the caller's sessions everywhere; 204 whether or not it existed."""
+        return await self.session_ops.delete(session_id, identity)
 
     # -- service routes -------------------------------------------------------------------------
 

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import hashlib
 
-__all__ = ["session_key"]
+__all__ = ["owner_scope", "session_key"]
 
 
 def session_key(session_id: str, owner: str | None) -> str:
@@ -22,5 +22,9 @@ def session_key(session_id: str, owner: str | None) -> str:
     message group. ``session_id`` itself for a turn without an identity."""
     if owner is None:
         return session_id
-    digest = hashlib.sha256(owner.encode()).hexdigest()[:32]
-    return f"{digest}/{session_id}"
+    return f"{owner_scope(owner)}/{session_id}"
+
+
+def owner_scope(owner: str) -> str:
+    """The digest of ``owner`` that prefixes the keys of its sessions (32 hex digits)."""
+    return hashlib.sha256(owner.encode()).hexdigest()[:32]

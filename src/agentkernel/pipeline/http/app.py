@@ -21,10 +21,11 @@ from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_se
 from agentkernel.pipeline.http.auth import IDENTITY, OPEN_PATHS, Authenticator, AuthMiddleware
 from agentkernel.pipeline.http.errors import install_error_handlers
 from agentkernel.pipeline.http.public_routes import public_paths
-from agentkernel.pipeline.http.rest import ChatRoutes, json_response
+from agentkernel.pipeline.http.rest import ChatRoutes, SessionRoutes, json_response
 from agentkernel.pipeline.http.socket_gate import SocketGate
 from agentkernel.pipeline.http.websocket import ChatSocket
 from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.sessions import SESSIONS_PATH
 
 __all__ = ["RouterSource", "build_app", "routers_of"]
 
@@ -76,6 +77,7 @@ def build_app(
     if api.access_log:
         app.add_middleware(AccessLogMiddleware)  # outermost: refused requests are logged too
     _chat_routes(app, ChatRoutes(front), SocketGate(api.limits))
+    _session_routes(app, SessionRoutes(front))
     _service_routes(app, front)
     for router in routers_of(handlers):
         app.include_router(router)
@@ -125,6 +127,15 @@ def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
                 await ChatSocket(routes.front, websocket).serve()
 
     app.websocket("/ws")(websocket)
+
+
+def _session_routes(app: FastAPI, routes: SessionRoutes) -> None:
+    one = SESSIONS_PATH + "/{session_id}"
+    app.get(SESSIONS_PATH, responses=openapi.LIST_SESSIONS_RESPONSES)(routes.list_sessions)
+    app.get(one, responses=openapi.SHOW_SESSION_RESPONSES)(routes.show_session)
+    app.delete(one, status_code=204, responses=openapi.DELETE_SESSION_RESPONSES)(
+        routes.delete_session
+    )
 
 
 def _service_routes(app: FastAPI, front: ChatFront) -> None:

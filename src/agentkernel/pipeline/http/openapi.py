@@ -1,6 +1,6 @@
-"""What the OpenAPI document (``/openapi.json``, ``/docs``) says about the routes: the chat
-request body and headers, and every status each route can answer with the schema of its body,
-so a generated client is typed.
+"""What the OpenAPI document (``/openapi.json``, ``/docs``) says about the chat and sessions
+routes: their request body and headers, and every status each route can answer with the schema
+of its body, so a generated client is typed.
 
 The models below describe documents the front builds as plain dicts (:mod:`.answers`,
 :mod:`.replies` of ``agentkernel.pipeline``); tests/api/test_openapi.py checks real answers
@@ -210,4 +210,80 @@ READY_RESPONSES: dict[int | str, dict[str, Any]] = {
         "The broker or the response store does not answer: error NOT_READY, "
         "with which one in the body.",
     ),
+}
+
+
+class ListedSession(BaseModel):
+    """A session in a listing."""
+
+    session_id: str = Field(description="The id the client gave the session.")
+    last_activity_at: str = Field(description="ISO 8601 UTC time of its last committed turn.")
+
+
+class SessionList(BaseModel):
+    """``GET /api/v1/sessions``: one page of the caller's sessions, newest activity first."""
+
+    sessions: list[ListedSession]
+    next_cursor: str | None = Field(
+        description="Pass as 'cursor' for the next page; null on the last page."
+    )
+
+
+class SessionTurn(BaseModel):
+    """A committed turn of a session (the latest 50 are kept)."""
+
+    request_id: str
+    status_code: int = Field(description="Status of the turn's reply (200, 500, 504, ...).")
+    error: str | None = Field(description="The reply's error code; null for a success.")
+    finished_at: str = Field(description="ISO 8601 UTC time the turn was committed.")
+
+
+class LastReply(BaseModel):
+    """The reply of the session's latest committed turn."""
+
+    request_id: str
+    status_code: int
+    body: dict[str, Any] = Field(description="The reply document, as a poll returns it.")
+
+
+class SessionView(BaseModel):
+    """``GET /api/v1/sessions/{session_id}``: one of the caller's sessions."""
+
+    session_id: str
+    version: int = Field(description="Raised by one with every write of the session.")
+    state: dict[str, Any] = Field(description="The agent's state of the session.")
+    last_activity_at: str | None
+    turns: list[SessionTurn] = Field(description="Recent turns, newest first.")
+    last_reply: LastReply | None
+
+
+_SESSION_ERRORS: dict[int | str, dict[str, Any]] = {
+    400: _error(
+        "A malformed session id, limit (1-100) or cursor (INVALID_REQUEST, INVALID_CURSOR)."
+    ),
+    401: _UNAUTHORIZED,
+    501: _error(
+        "This process cannot read sessions (in-memory sessions of another process, or a store "
+        "without an index): NOT_SUPPORTED."
+    ),
+    503: _error("A store is unreachable or lost its data; retry later."),
+}
+LIST_SESSIONS_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _json(SessionList, "A page of the caller's sessions."),
+    **_SESSION_ERRORS,
+}
+SHOW_SESSION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _json(SessionView, "The session."),
+    404: _error(
+        "NOT_FOUND: no such session of the caller (whether another identity has one of that id "
+        "is never told)."
+    ),
+    **_SESSION_ERRORS,
+}
+DELETE_SESSION_RESPONSES: dict[int | str, dict[str, Any]] = {
+    204: {
+        "description": "Erased: the session's state, turn tickets, replies and stream chunks. "
+        "Also answered when there was nothing to erase (idempotent, and telling nothing)."
+    },
+    **_SESSION_ERRORS,
 }

@@ -4,8 +4,9 @@
 202 (``rest_async`` or ``Prefer: respond-async``) or an event stream (``Accept:
 text/event-stream``); ``GET /api/v1/chat/{session_id}?request_id=`` reads a reply until its TTL
 ends (upstream's ``GET /api/v1/chat?request_id=&session_id=`` is the same read), and
-``.../stream`` resumes a streamed one. What each answers is decided by
-:class:`~agentkernel.pipeline.front.ChatFront`; this module only translates.
+``.../stream`` resumes a streamed one. ``/api/v1/sessions`` lists the caller's sessions, and
+``/api/v1/sessions/{session_id}`` shows (``GET``) or erases (``DELETE``) one. What each answers
+is decided by :class:`~agentkernel.pipeline.front.ChatFront`; this module only translates.
 """
 
 from __future__ import annotations
@@ -92,6 +93,32 @@ class ChatRoutes:
                 {"Connection": "close"},
             ) from exc
         return b"".join(chunks)
+
+
+class SessionRoutes:
+    """The FastAPI handlers of the sessions routes over one front."""
+
+    def __init__(self, front: ChatFront) -> None:
+        self.front = front
+
+    async def list_sessions(self, limit: str | None = None, cursor: str | None = None) -> Response:
+        """The caller's sessions, newest activity first; ``next_cursor`` pages on."""
+        return answer_response(await self.front.list_sessions(IDENTITY.get(), limit, cursor))
+
+    async def show_session(self, session_id: str) -> Response:
+        """One of the caller's sessions: its state, its recent turns and its last reply."""
+        return answer_response(await self.front.show_session(session_id, IDENTITY.get()))
+
+    async def delete_session(self, session_id: str) -> Response:
+        """Erase one of the caller's sessions (state, tickets, replies, chunks); 204 always."""
+        return answer_response(await self.front.delete_session(session_id, IDENTITY.get()))
+
+
+def answer_response(answer: Answer) -> Response:
+    """An :class:`Answer` as a response: JSON, or no body at all for a 204."""
+    if answer.status == 204:
+        return Response(status_code=204, headers=answer.headers or None)
+    return json_response(answer)
 
 
 def json_response(answer: Answer) -> JSONResponse:

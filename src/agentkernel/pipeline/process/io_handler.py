@@ -67,6 +67,7 @@ from agentkernel.pipeline.response_store import (
     ResponseStore,
     create_response_store,
 )
+from agentkernel.pipeline.session_store import create_session_store
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 
@@ -116,6 +117,8 @@ class IOHandler:
         if with_runner is None:
             with_runner = execution.queues.type == "in_memory"
         self.api = RequestHandler(self.transport, self.store, self.config, self.registry)
+        if not with_runner and config.session.type != "in_memory":  # another process's: none
+            self.api.session_ops.sessions = create_session_store(config.session)
         #: Queued turns live only in this process: run them before exiting.
         self._local_queue = self.transport.queues_in_process
         self.output_loop = self._output_loop()
@@ -150,6 +153,7 @@ class IOHandler:
     def _runner_loop(self) -> ConsumerLoop | InLoopConsumer:
         runner = AgentRunner(self.config, self.registry, transport=self.transport)
         self.api.stores["session_store"] = runner.sessions  # /ready checks it too
+        self.api.session_ops.sessions = runner.sessions  # the sessions API reads the same
         if not self._local_queue:
             return runner.consumer_loop()  # a broker keeps the queued turns: stop at shutdown
         settings = self.config.execution.runner

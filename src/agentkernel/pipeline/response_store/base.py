@@ -7,11 +7,13 @@ import json
 import secrets
 import time
 from abc import ABC, abstractmethod
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
 from typing import Any, ClassVar
 
 from agentkernel.core.errors import ResponseStoreError
 from agentkernel.pipeline.quota import InMemoryQuotaLedger, QuotaLedger
+from agentkernel.pipeline.scoping import session_key
 
 
 def visible(session_id: str, owner: str | None, to_session: str, to_owner: str | None) -> bool:
@@ -195,6 +197,57 @@ class ResponseStore(ABC):
 
     def _changed(self, request_id: str, seen: int) -> bool:
         return bool(self.chunks(request_id, seen)) or self.get(request_id) is not None
+
+    # -- erasing a session ------------------------------------------------------------------------
+
+    #: Whether :meth:`forget_session` works (the built-in stores: yes).
+    erases_sessions: ClassVar[bool] = False
+
+    def forget_session(
+        self, session_id: str, owner: str | None, request_ids: Iterable[str] = ()
+    ) -> list[str]:
+        """Erase the tickets, replies and chunks of every turn of ``owner``'s ``session_id``.
+
+        The store finds the session's turns in its own per-session index (kept by :meth:`accept`
+        and :meth:`put`); ``request_ids`` adds turns it may not have indexed (a session record's
+        committed ids), each erased only when its ticket or reply shows it is that session's.
+
+        Returns:
+            the request ids whose ticket or reply was erased.
+
+        Raises:
+            StoreError: the backend failed, or cannot erase (``erases_sessions`` is off).
+        """
+        if not self.erases_sessions:
+            raise ResponseStoreError(f"{type(self).__name__} cannot erase sessions")
+        key = session_key(session_id, owner)
+        indexed = set(self._session_requests(key))
+        claimed = set(request_ids) - indexed
+        erased = [rid for rid in sorted(indexed) if self._erase_turn(rid)]
+        for rid in sorted(claimed):
+            if self._belongs(rid, session_id, owner) and self._erase_turn(rid):
+                erased.append(rid)
+        self._forget_requests(key)
+        return erased
+
+    def _belongs(self, request_id: str, session_id: str, owner: str | None) -> bool:
+        ticket = self.ticket(request_id)
+        if ticket is not None:
+            return ticket.visible_to(session_id, owner)
+        record = self.get(request_id)
+        return record is not None and record.visible_to(session_id, owner)
+
+    def _session_requests(self, key: str) -> list[str]:
+        """The request ids indexed under the session stored at ``key`` (``erases_sessions``)."""
+        raise NotImplementedError
+
+    def _erase_turn(self, request_id: str) -> bool:
+        """Delete the ticket, reply and chunks of ``request_id``; whether any was there."""
+        raise NotImplementedError
+
+    def _forget_requests(self, key: str) -> None:
+        """Drop the per-session index of ``key``."""
+        raise NotImplementedError
 
     # -- per-identity quota counts -------------------------------------------------------------
 

@@ -9,7 +9,9 @@ DynamoDB has no change notification a request could wait on cheaply, so a waitin
 polls with a short, growing interval (the base class's ``wait``). DynamoDB removes expired items
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
 Chunks of streamed replies, and the ticket of an accepted turn, are items of their own; streaming
-clients read chunks with the same short poll. The per-identity quota counts are one item per
+clients read chunks with the same short poll. The request ids of a session's tickets and replies
+are a string set in the item ``#turns#<session key>`` (same TTL), so a session can be erased.
+The per-identity quota counts are one item per
 identity in the same table (:mod:`agentkernel.pipeline.quota.dynamodb`).
 
 Every botocore exception is mapped by :mod:`agentkernel.core.botocore_errors`: an unreachable
@@ -42,11 +44,13 @@ from agentkernel.core.config import DynamoDBStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
+from agentkernel.pipeline.scoping import session_key
 
 TTL_ATTRIBUTE = "expiry_time"
 _CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"
 _TICKET = "#ticket"  # the ticket of an accepted turn: key "<request_id>#ticket"
 _SECRET = "#secret"  # the deployment secret (shared_secret), no TTL
+_TURNS = "#turns#"  # a session's request ids: key "#turns#<session key>" (no request id has '#')
 #: Fail fast when the table cannot be reached, so an API request can answer 503 in seconds.
 _CLIENT_CONFIG = Config(
     connect_timeout=2, read_timeout=5, retries={"max_attempts": 3, "mode": "standard"}
@@ -68,6 +72,7 @@ class DynamoDBResponseStore(ResponseStore):
 
     shared = True
     keeps_tickets = True
+    erases_sessions = True
     max_poll_interval = 0.25
 
     def __init__(
@@ -104,6 +109,22 @@ class DynamoDBResponseStore(ResponseStore):
             item["owner"] = {"S": record.owner}
         with _errors(f"DynamoDB write of {record.request_id}"):
             self._client.put_item(TableName=self.table_name, Item=item)
+        self._index(record.session_id, record.owner, record.request_id)
+
+    def _index(self, session_id: str, owner: str | None, request_id: str) -> None:
+        """Add ``request_id`` to its session's set (after its item: a crash between leaves an
+        unindexed turn, which the session record's ids still name to an erase)."""
+        with _errors(f"DynamoDB index of {request_id}"):
+            self._client.update_item(
+                TableName=self.table_name,
+                Key={"request_id": {"S": _TURNS + session_key(session_id, owner)}},
+                UpdateExpression="ADD turns :id SET #exp = :exp",
+                ExpressionAttributeNames={"#exp": TTL_ATTRIBUTE},
+                ExpressionAttributeValues={
+                    ":id": {"SS": [request_id]},
+                    ":exp": {"N": str(math.ceil(time.time() + self.ttl))},
+                },
+            )
 
     def get(self, request_id: str) -> ResponseRecord | None:
         with _errors(f"DynamoDB read of {request_id}"):
@@ -145,6 +166,7 @@ class DynamoDBResponseStore(ResponseStore):
             if error_code(exc.__cause__) != CONDITION_FAILED:
                 raise
             return self.ticket(ticket.request_id)
+        self._index(ticket.session_id, ticket.owner, ticket.request_id)
         return None
 
     def ticket(self, request_id: str) -> TurnTicket | None:
@@ -188,6 +210,35 @@ class DynamoDBResponseStore(ResponseStore):
                     break
                 found.append(json.loads(item["body"]["S"]))
         return found
+
+    def _session_requests(self, key: str) -> list[str]:
+        with _errors(f"DynamoDB read of the turns of session {key}"):
+            item = self._client.get_item(
+                TableName=self.table_name,
+                Key={"request_id": {"S": _TURNS + key}},
+                ConsistentRead=True,
+            ).get("Item")
+        return [] if item is None else list(item.get("turns", {}).get("SS", []))
+
+    def _erase_turn(self, request_id: str) -> bool:
+        found = False
+        with _errors(f"DynamoDB erase of {request_id}"):
+            for key in (request_id, request_id + _TICKET):
+                found = self._delete(key) or found
+            index = 0
+            while self._delete(f"{request_id}{_CHUNK}{index}"):  # chunks are numbered from 0
+                index += 1
+        return found or index > 0
+
+    def _delete(self, key: str) -> bool:
+        reply = self._client.delete_item(
+            TableName=self.table_name, Key={"request_id": {"S": key}}, ReturnValues="ALL_OLD"
+        )
+        return bool(reply.get("Attributes"))
+
+    def _forget_requests(self, key: str) -> None:
+        with _errors(f"DynamoDB erase of the turns of session {key}"):
+            self._delete(_TURNS + key)
 
     def shared_secret(self) -> bytes:
         """Kept in the item ``#secret`` without a TTL; the first process to write it wins."""

@@ -9,10 +9,12 @@ from typing import Any
 
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+from agentkernel.pipeline.scoping import session_key
 
-# Expiry-heap key prefixes of chunk lists and tickets (request ids are printable).
+# Expiry-heap key prefixes of chunk lists, tickets and session indexes (ids are printable).
 _CHUNKS = "\x00chunks:"
 _TICKET = "\x00ticket:"
+_SESSION = "\x00session:"
 
 
 class InMemoryResponseStore(ResponseStore):
@@ -25,12 +27,14 @@ class InMemoryResponseStore(ResponseStore):
     nonblocking = True
     keeps_tickets = True
     pushes = True
+    erases_sessions = True
 
     def __init__(self, ttl: float = 3600.0) -> None:
         super().__init__(ttl)
         self._records: dict[str, tuple[float, ResponseRecord]] = {}
         self._chunks: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._tickets: dict[str, tuple[float, TurnTicket]] = {}
+        self._sessions: dict[str, tuple[float, set[str]]] = {}
         self._expiry: list[tuple[float, str]] = []
         self._waiters = WaiterRegistry()
         self._lock = threading.Lock()
@@ -42,7 +46,14 @@ class InMemoryResponseStore(ResponseStore):
             expires = now + self.ttl
             self._records[record.request_id] = (expires, record)
             heapq.heappush(self._expiry, (expires, record.request_id))
+            self._index(record.session_id, record.owner, record.request_id, expires)
         self._waiters.notify(record.request_id)
+
+    def _index(self, session_id: str, owner: str | None, request_id: str, expires: float) -> None:
+        key = session_key(session_id, owner)
+        entry = self._sessions.get(key)
+        self._sessions[key] = (expires, (set() if entry is None else entry[1]) | {request_id})
+        heapq.heappush(self._expiry, (expires, _SESSION + key))
 
     def get(self, request_id: str) -> ResponseRecord | None:
         with self._lock:
@@ -61,6 +72,7 @@ class InMemoryResponseStore(ResponseStore):
             expires = now + self.ttl
             self._tickets[ticket.request_id] = (expires, ticket)
             heapq.heappush(self._expiry, (expires, _TICKET + ticket.request_id))
+            self._index(ticket.session_id, ticket.owner, ticket.request_id, expires)
         return None
 
     def ticket(self, request_id: str) -> TurnTicket | None:
@@ -109,9 +121,25 @@ class InMemoryResponseStore(ResponseStore):
                 table, key = self._chunks, key.removeprefix(_CHUNKS)
             elif key.startswith(_TICKET):
                 table, key = self._tickets, key.removeprefix(_TICKET)
+            elif key.startswith(_SESSION):
+                table, key = self._sessions, key.removeprefix(_SESSION)
             entry = table.get(key)
             if entry is not None and entry[0] == expires:
                 del table[key]
+
+    def _session_requests(self, key: str) -> list[str]:
+        with self._lock:
+            entry = self._sessions.get(key)
+            return [] if entry is None else list(entry[1])
+
+    def _erase_turn(self, request_id: str) -> bool:
+        with self._lock:
+            found = [t.pop(request_id, None) for t in (self._records, self._tickets, self._chunks)]
+        return any(entry is not None for entry in found)
+
+    def _forget_requests(self, key: str) -> None:
+        with self._lock:
+            self._sessions.pop(key, None)
 
     def __len__(self) -> int:
         with self._lock:

@@ -9,7 +9,9 @@ polling and without a connection per waiting request.
 
 Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending one publishes
 on the same channel, so a streaming client connected to any IO process sees it at once. The
-ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``. A ticket is kept
+ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``. The request ids
+of each session's tickets and replies are a set at ``<prefix>turns:<session key>`` (with the
+same TTL), so a session can be erased (:meth:`ResponseStore.forget_session`). A ticket is kept
 only while the store's epoch is intact (:mod:`agentkernel.core.redis_guard`): after Redis lost
 its data a missing ticket may be a lost one (a retry of a turn answered before), so accepting or
 reading it raises :class:`StoreDataLostError` instead.
@@ -43,6 +45,7 @@ from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+from agentkernel.pipeline.scoping import session_key
 
 logger = logging.getLogger(__name__)
 
@@ -75,6 +78,8 @@ local kept = redis.call('GET', KEYS[1])
 if kept then return kept end
 if ARGV[4] == '1' or redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
 redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SADD', KEYS[3], ARGV[5])
+redis.call('PEXPIRE', KEYS[3], ARGV[2])
 return false
 """
 
@@ -98,6 +103,7 @@ class RedisResponseStore(ResponseStore):
     shared = True
     keeps_tickets = True
     pushes = True
+    erases_sessions = True
 
     def __init__(
         self,
@@ -132,10 +138,17 @@ class RedisResponseStore(ResponseStore):
     def _ticket_key(self, request_id: str) -> str:
         return f"{self._prefix}ticket:{request_id}"
 
+    def _turns_key(self, session_id: str, owner: str | None) -> str:
+        return f"{self._prefix}turns:{session_key(session_id, owner)}"
+
     def put(self, record: ResponseRecord) -> None:
+        ttl_ms = int(self.ttl * 1000)
         with _errors(f"write of {record.request_id}"):
             pipe = self._redis.pipeline()
-            pipe.set(self._key(record.request_id), record.to_json(), px=int(self.ttl * 1000))
+            pipe.set(self._key(record.request_id), record.to_json(), px=ttl_ms)
+            turns = self._turns_key(record.session_id, record.owner)
+            pipe.sadd(turns, record.request_id)
+            pipe.pexpire(turns, ttl_ms)
             pipe.publish(f"{self._prefix}done:{record.request_id}", b"1")
             pipe.execute()
 
@@ -152,11 +165,12 @@ class RedisResponseStore(ResponseStore):
     def accept(self, ticket: TurnTicket) -> TurnTicket | None:
         guard = self._guard
         keys = [self._ticket_key(ticket.request_id), f"{self._prefix}epoch"]
+        keys.append(self._turns_key(ticket.session_id, ticket.owner))
         with _errors(f"write of the ticket of {ticket.request_id}"):
             guard.ensure()
             refused = "1" if guard.refuses_misses() else "0"
             args: list[str | int] = [ticket.to_json(), int(self.ttl * 1000), guard.epoch or ""]
-            args.append(refused)
+            args += [refused, ticket.request_id]
             kept = self._accept(keys=keys, args=args)
             if kept == 0:
                 guard.check_miss(f"the ticket of {ticket.request_id}")  # raises, and logs
@@ -253,6 +267,22 @@ class RedisResponseStore(ResponseStore):
                 raise ResponseStoreError("the deployment secret vanished from Redis; retry")
             self._secret = raw if isinstance(raw, bytes) else str(raw).encode()
         return self._secret
+
+    def _session_requests(self, key: str) -> list[str]:
+        with _errors(f"read of the turns of session {key}"):
+            members = self._redis.smembers(f"{self._prefix}turns:{key}")
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+
+    def _erase_turn(self, request_id: str) -> bool:
+        keys = [self._key(request_id), self._ticket_key(request_id), self._chunks_key(request_id)]
+        if self._upstream_prefix is not None:  # a reply upstream wrote before a migration
+            keys.append(f"{self._upstream_prefix}{request_id}")
+        with _errors(f"erase of {request_id}"):
+            return int(self._redis.delete(*keys)) > 0
+
+    def _forget_requests(self, key: str) -> None:
+        with _errors(f"erase of the turns of session {key}"):
+            self._redis.delete(f"{self._prefix}turns:{key}")
 
     def ping(self) -> None:
         with _errors("ping"):

@@ -15,6 +15,9 @@ import time
 import uuid
 from typing import ClassVar
 
+import pytest
+
+from agentkernel.core.errors import ResponseStoreError
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 
 __all__ = ["ResponseStoreContract"]
@@ -192,3 +195,48 @@ class ResponseStoreContract:
         assert asyncio.run(store.wait_change(request_id, 0.2, 0)) is False  # nothing new
         store.put(ResponseRecord(request_id, "s", 200, {"result": "é0"}))
         assert asyncio.run(store.wait_change(request_id, 10, 0)) is True
+
+    # -- erasing a session ----------------------------------------------------------------------
+
+    def _turn(
+        self, store: ResponseStore, session_id: str, owner: str | None, *, replied: bool = True
+    ) -> str:
+        """A turn of ``owner``'s ``session_id``: its ticket, one chunk and (``replied``) reply."""
+        request_id = uuid.uuid4().hex
+        store.accept(TurnTicket(request_id, session_id, "fp", owner))
+        store.put_chunk(request_id, 0, self.chunk(request_id, 0))
+        if replied:
+            store.put(ResponseRecord(request_id, session_id, 200, {"result": "ü"}, owner))
+        return request_id
+
+    def test_forget_session_erases_that_sessions_turns_only(self) -> None:
+        store = self.make_store(60)
+        if not store.erases_sessions:  # a store that cannot must say so: the API relies on it
+            with pytest.raises(ResponseStoreError):
+                store.forget_session("s", None)
+            return
+        session = f"s-{uuid.uuid4().hex}"
+        answered = self._turn(store, session, "key:alice")
+        queued = self._turn(store, session, "key:alice", replied=False)
+        others = [
+            self._turn(store, session, "key:bob"),  # same session id, another identity
+            self._turn(store, session, None),  # same session id, no identity
+            self._turn(store, f"{session}-2", "key:alice"),  # same identity, another session
+        ]
+        erased = store.forget_session(session, "key:alice")
+        assert sorted(erased) == sorted([answered, queued])
+        for request_id in (answered, queued):
+            assert store.get(request_id) is None and store.ticket(request_id) is None
+            assert store.chunks(request_id) == []
+        for request_id in others:
+            assert store.get(request_id) is not None and store.chunks(request_id) != []
+        assert store.forget_session(session, "key:alice") == []  # idempotent
+
+    def test_forget_session_checks_the_turns_it_is_told_of(self) -> None:
+        store = self.make_store(60)
+        if not store.erases_sessions:
+            return  # the case above checked that it says so
+        session = f"s-{uuid.uuid4().hex}"
+        theirs = self._turn(store, session, "key:bob")
+        assert store.forget_session(session, "key:alice", [theirs, "unknown"]) == []
+        assert store.get(theirs) is not None and store.ticket(theirs) is not None

@@ -21,8 +21,14 @@ from abc import ABC, abstractmethod
 from dataclasses import dataclass, field, replace
 from typing import Any, ClassVar
 
-from agentkernel.core.errors import SessionStateError, StaleSessionError
+from agentkernel.core.errors import SessionStateError, SessionStoreError, StaleSessionError
 from agentkernel.pipeline.position import Position
+from agentkernel.pipeline.session_store.index import (
+    LOGGED_TURNS,
+    SessionEntry,
+    SessionPage,
+    TurnEntry,
+)
 
 #: How many committed request ids a record remembers. The applied position recognises older
 #: replays; the ids cover deliveries without a comparable position (another ordering unit, a
@@ -62,6 +68,7 @@ class SessionRecord:
         applied: broker position of the latest committed turn that had one.
         adopted_by: on a record stored before sessions were scoped per identity, the identity
             that adopted it (:mod:`~agentkernel.pipeline.session_store.adoption`).
+        log: the latest committed turns (at most ``LOGGED_TURNS``), oldest first.
     """
 
     state: dict[str, Any] = field(default_factory=dict)
@@ -72,6 +79,7 @@ class SessionRecord:
     owner: str | None = None
     applied: Position | None = None
     adopted_by: str | None = None
+    log: tuple[TurnEntry, ...] = ()
 
     def is_committed(self, request_id: str) -> bool:
         """Whether a turn with this request id has already been committed."""
@@ -106,6 +114,7 @@ class SessionRecord:
             position: where the turn was delivered from; ``None`` keeps the applied position.
         """
         ids = [i for i in self.committed if i != outcome.request_id] + [outcome.request_id]
+        entry = TurnEntry.of(outcome.request_id, outcome.status_code, outcome.body)
         return SessionRecord(
             state=self.state if state is None else state,
             version=self.version + 1,
@@ -113,6 +122,7 @@ class SessionRecord:
             last=outcome,
             owner=self.owner,
             applied=self.applied if position is None else position.later(self.applied),
+            log=(*self.log, entry)[-LOGGED_TURNS:],
         )
 
     def on_trial(self, request_id: str) -> SessionRecord:
@@ -131,8 +141,10 @@ class SessionRecord:
         applied = None if self.applied is None else self.applied.to_doc()
         optional = {"trial": self.trial, "owner": self.owner, "applied": applied}
         optional["adopted_by"] = self.adopted_by
+        log = [entry.to_doc() for entry in self.log]
+        kept = {k: v for k, v in optional.items() if v is not None}
         try:
-            return json.dumps(doc | {k: v for k, v in optional.items() if v is not None})
+            return json.dumps(doc | kept | ({"log": log} if log else {}))
         except (TypeError, ValueError) as exc:  # ValueError: a circular reference
             raise SessionStateError(f"the session state is not JSON-serialisable: {exc}") from exc
 
@@ -150,6 +162,7 @@ class SessionRecord:
             owner=doc.get("owner"),
             applied=Position.from_doc(doc.get("applied")),
             adopted_by=doc.get("adopted_by"),
+            log=tuple(TurnEntry.from_doc(entry) for entry in doc.get("log") or ()),
         )
 
 
@@ -171,6 +184,8 @@ class SessionStore(ABC):
 
     #: ``read``/``write`` never wait on I/O, so event-loop code may call them inline.
     nonblocking: ClassVar[bool] = False
+    #: Whether :meth:`list_sessions` and :meth:`delete` work (the built-in stores: yes).
+    lists_sessions: ClassVar[bool] = False
 
     @abstractmethod
     def read(self, session_id: str) -> SessionRecord:
@@ -230,6 +245,28 @@ class SessionStore(ABC):
             except StaleSessionError:
                 continue
         raise StaleSessionError(f"session {session_id} kept changing while it was saved")
+
+    def list_sessions(
+        self, scope: str, limit: int, after: SessionEntry | None = None
+    ) -> SessionPage:
+        """The sessions of ``scope`` (:func:`~.index.scope_of`) written within the TTL, newest
+        write first, ``limit`` of them after ``after`` (a page's last entry).
+
+        Raises:
+            SessionStoreError: the backend failed, or keeps no index (``lists_sessions``).
+        """
+        raise SessionStoreError(f"{type(self).__name__} keeps no index of sessions")
+
+    def delete(self, session_id: str) -> None:
+        """Erase the record of ``session_id`` and its index entry; nothing there is no error.
+
+        A turn of the session that read the record before and commits after is refused
+        (:class:`StaleSessionError`): its version no longer matches.
+
+        Raises:
+            SessionStoreError: the backend failed, or cannot erase (``lists_sessions``).
+        """
+        raise SessionStoreError(f"{type(self).__name__} cannot erase sessions")
 
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise when the backend is unreachable, refuses writes or lost its data."""

@@ -1,7 +1,9 @@
 """Session records in Redis: a hash ``<prefix>sess:<id>`` with the version ``v`` and ``doc``.
 
-A commit is one Lua script (compare the version, write, refresh the TTL), so it is atomic
-against every other runner process. A session without a record is new only while the store's
+A commit is one Lua script (compare the version, write, refresh the TTL, and refresh the
+session's entry in its identity's index, the sorted set ``<prefix>sessions:<scope>`` scored by
+the write's time in milliseconds), so it is atomic against every other runner process. A
+session without a record is new only while the store's
 epoch is intact (:mod:`agentkernel.core.redis_guard`); otherwise the read raises
 :class:`StoreDataLostError` rather than start the session again from nothing.
 
@@ -23,6 +25,13 @@ from agentkernel.core.errors import (
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
+from agentkernel.pipeline.session_store.index import (
+    SessionEntry,
+    SessionPage,
+    now_ms,
+    page_of,
+    scope_of,
+)
 
 _errors = functools.partial(
     redis_errors,
@@ -37,7 +46,19 @@ local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
 if v ~= tonumber(ARGV[1]) then return v end
 redis.call('HSET', KEYS[1], 'v', ARGV[2], 'doc', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
+if KEYS[2] then
+  redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
+  redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[5]) - tonumber(ARGV[4]))
+  redis.call('PEXPIRE', KEYS[2], ARGV[4])
+end
 return -1
+"""
+
+# Erases a session: its record and its entry in the index.
+_DELETE = """
+redis.call('DEL', KEYS[1])
+redis.call('ZREM', KEYS[2], ARGV[1])
+return 1
 """
 
 
@@ -55,6 +76,8 @@ class RedisSessionStore(SessionStore):
             is off.
     """
 
+    lists_sessions = True
+
     def __init__(
         self,
         url: str,
@@ -67,6 +90,7 @@ class RedisSessionStore(SessionStore):
         self._prefix = prefix
         self._ttl_ms = int(ttl * 1000)
         self._cas = self._redis.register_script(_COMPARE_AND_SET)
+        self._delete = self._redis.register_script(_DELETE)
         self._guard = RedisGuard(
             self._redis, prefix, "session.redis", allow_eviction=allow_eviction
         )
@@ -85,15 +109,41 @@ class RedisSessionStore(SessionStore):
             return SessionRecord()
         return SessionRecord.decode(doc, int(version or 0))
 
+    def _index_key(self, scope: str) -> str:
+        return f"{self._prefix}sessions:{scope}"
+
     def write(self, session_id: str, record: SessionRecord, *, expected_version: int) -> None:
         doc = record.encode()
         args: list[str | int] = [expected_version, record.version, doc, self._ttl_ms]
+        keys = [self._key(session_id)]
+        if (scope := scope_of(session_id, record.owner)) is not None:
+            keys.append(self._index_key(scope))
+            args += [now_ms(), session_id]
         with _errors(f"write of session {session_id}"):
-            found = int(self._cas(keys=[self._key(session_id)], args=args))
+            found = int(self._cas(keys=keys, args=args))
         if found != -1:
             raise StaleSessionError(
                 f"session {session_id} is at version {found}, not {expected_version}"
             )
+
+    def list_sessions(
+        self, scope: str, limit: int, after: SessionEntry | None = None
+    ) -> SessionPage:
+        key, oldest = self._index_key(scope), f"({now_ms() - self._ttl_ms}"
+        top: str | int = "+inf" if after is None else after.active_at
+        with _errors(f"listing of the sessions of {scope}"):
+            # entries at the cursor's own time may come before it: fetch them too, then skip
+            ties = 0 if after is None else int(self._redis.zcount(key, top, top))
+            found = self._redis.zrevrangebyscore(
+                key, top, oldest, start=0, num=limit + 1 + ties, withscores=True
+            )
+        entries = [SessionEntry(_text(pair[0]), int(pair[1])) for pair in found]
+        return page_of(entries, limit, after)
+
+    def delete(self, session_id: str) -> None:
+        keys = [self._key(session_id), self._index_key(scope_of(session_id, None) or "")]
+        with _errors(f"erase of session {session_id}"):
+            self._delete(keys=keys, args=[session_id])
 
     def ping(self) -> None:
         with _errors("ping of the session store"):
@@ -101,3 +151,7 @@ class RedisSessionStore(SessionStore):
 
     def warnings(self) -> list[str]:
         return list(self._guard.warnings)
+
+
+def _text(value: object) -> str:
+    return value.decode() if isinstance(value, bytes) else str(value)

@@ -22,6 +22,7 @@ from agentkernel.pipeline.session_store.base import (
     SessionStore,
     TurnOutcome,
 )
+from agentkernel.pipeline.session_store.index import ANONYMOUS, LOGGED_TURNS, SessionEntry
 
 __all__ = ["SessionStoreContract"]
 
@@ -40,6 +41,18 @@ class SessionStoreContract:
     @staticmethod
     def session() -> str:
         return f"s-{uuid.uuid4().hex}-ü"
+
+    @staticmethod
+    def scope() -> str:
+        """A fresh identity digest (hex, as :func:`~agentkernel.pipeline.scoping.session_key`)."""
+        return uuid.uuid4().hex
+
+    def commit_in(self, store: SessionStore, key: str, owner: str | None = None) -> SessionRecord:
+        """Commit one turn of the session stored under ``key`` (owned by ``owner``)."""
+        base = store.read(key)
+        if base.owner is None and owner is not None:
+            base = SessionRecord(base.state, base.version, base.committed, base.last, owner=owner)
+        return store.commit(key, base, _outcome(), {"n": base.version + 1})
 
     def test_new_session_is_empty_at_version_zero(self) -> None:
         record = self.make_store().read(self.session())
@@ -125,3 +138,90 @@ class SessionStoreContract:
         store.save(session, {"n": 1})
         time.sleep(2.1)
         assert store.load(session) == {}
+
+    # -- the index of sessions and the log of turns -------------------------------------------
+
+    def test_commits_are_logged_with_their_outcome_and_bounded(self) -> None:
+        store, session = self.make_store(), self.session()
+        before = time.time()
+        ids = [f"r{i}" for i in range(LOGGED_TURNS + 2)]
+        for request_id in ids[:-1]:
+            store.commit(session, store.read(session), _outcome(request_id), {"n": 1})
+        failed = TurnOutcome(ids[-1], 500, '{"error": "AGENT_ERROR", "message": "boom"}')
+        store.commit(session, store.read(session), failed, None)
+        log = store.read(session).log
+        assert [entry.request_id for entry in log] == ids[-LOGGED_TURNS:]
+        assert (log[-1].status_code, log[-1].error) == (500, "AGENT_ERROR")
+        assert (log[0].status_code, log[0].error) == (200, None)
+        assert before - 1 <= log[0].at <= log[-1].at <= time.time() + 1
+
+    def test_sessions_are_listed_per_identity_newest_first(self) -> None:
+        store, mine, theirs = self.make_store(), self.scope(), self.scope()
+        keys = [f"{mine}/s{i}" for i in range(5)]
+        for key in keys:
+            self.commit_in(store, key, f"key:{mine}")
+            time.sleep(0.005)  # distinct milliseconds, so the order is the order of writes
+        self.commit_in(store, f"{theirs}/s0", f"key:{theirs}")
+        self.commit_in(store, keys[1], f"key:{mine}")  # the latest activity
+        page = store.list_sessions(mine, 10)
+        order = [keys[1], keys[4], keys[3], keys[2], keys[0]]
+        assert [entry.key for entry in page.entries] == order and not page.more
+        assert [entry.key for entry in store.list_sessions(theirs, 10).entries] == [f"{theirs}/s0"]
+        assert store.list_sessions(self.scope(), 10).entries == []
+
+    def test_pages_follow_each_other_without_gaps_or_repeats(self) -> None:
+        store, scope = self.make_store(), self.scope()
+        keys = {f"{scope}/s{i}" for i in range(7)}
+        for key in sorted(keys):
+            self.commit_in(store, key, "key:x")
+        seen: list[str] = []
+        after: SessionEntry | None = None
+        for _ in range(10):
+            page = store.list_sessions(scope, 3, after)
+            seen += [entry.key for entry in page.entries]
+            if not page.more:
+                break
+            after = page.entries[-1]
+        assert sorted(seen) == sorted(keys) and len(seen) == len(keys)
+
+    def test_sessions_without_identity_are_listed_apart(self) -> None:
+        store, anonymous = self.make_store(), self.session()
+        self.commit_in(store, anonymous)
+        legacy = self.session()
+        self.commit_in(store, legacy, owner="alice")  # unscoped with an owner: adopted, not listed
+        listed = {entry.key for entry in store.list_sessions(ANONYMOUS, 1000).entries}
+        assert anonymous in listed and legacy not in listed
+
+    def test_delete_erases_the_record_and_its_index_entry(self) -> None:
+        store, scope = self.make_store(), self.scope()
+        key, kept = f"{scope}/gone", f"{scope}/kept"
+        self.commit_in(store, key, "key:x")
+        self.commit_in(store, kept, "key:x")
+        store.delete(key)
+        assert store.read(key) == SessionRecord()
+        assert [entry.key for entry in store.list_sessions(scope, 10).entries] == [kept]
+        store.delete(key)  # again: nothing there is no error
+        store.delete(f"{scope}/never")
+
+    def test_a_turn_read_before_a_delete_cannot_commit_after_it(self) -> None:
+        store, key = self.make_store(), f"{self.scope()}/s"
+        self.commit_in(store, key, "key:x")
+        running = store.read(key)  # a turn in flight read the record
+        store.delete(key)
+        with pytest.raises(StaleSessionError):
+            store.commit(key, running, _outcome(), {"resurrected": True})
+        assert store.read(key) == SessionRecord()
+        assert store.list_sessions(key.partition("/")[0], 10).entries == []
+
+    def test_a_deleted_session_id_starts_afresh(self) -> None:
+        store, key = self.make_store(), f"{self.scope()}/s"
+        self.commit_in(store, key, "key:x")
+        store.delete(key)
+        record = self.commit_in(store, key, "key:x")
+        assert (record.version, len(record.log)) == (1, 1)
+
+    def test_a_page_after_an_entry_older_than_any_session_is_empty(self) -> None:
+        store, scope = self.make_store(), self.scope()
+        self.commit_in(store, f"{scope}/s", "key:x")
+        page = store.list_sessions(scope, 10, SessionEntry(f"{scope}/zzz", 1))
+        assert (page.entries, page.more) == ([], False)

@@ -5,6 +5,9 @@ locals {
     "POST /api/v1/chat",
     "GET /api/v1/chat/{session_id}",
     "GET /api/v1/agents",
+    "GET /api/v1/sessions",
+    "GET /api/v1/sessions/{session_id}",
+    "DELETE /api/v1/sessions/{session_id}",
     "GET /health",
   ])
 }

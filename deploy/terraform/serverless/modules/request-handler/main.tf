@@ -1,7 +1,9 @@
 # Request Handler Lambda (Lambda.handler): API Gateway -> INPUT queue; rest_sync waits on the
 # response table, rest_async answers 202 and GET reads the table. It also writes there: the
 # ticket of each accepted turn and the deployment secret (PutItem), and the per-identity quota
-# counts (GetItem, UpdateItem on one item per identity). tests/deploy checks the list.
+# counts (GetItem, UpdateItem on one item per identity). The sessions API erases a session's
+# replies, tickets and chunks (DeleteItem) and, with a session table, reads, lists (its owner
+# index) and erases sessions. tests/deploy checks the lists.
 
 locals {
   environment = merge({
@@ -11,7 +13,16 @@ locals {
     AK_EXECUTION__QUEUES__OUTPUT__URL                  = var.output_queue_url
     AK_EXECUTION__RESPONSE_STORE__TYPE                 = "dynamodb"
     AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME = var.response_table_name
+    }, var.session_table_name == null ? {} : {
+    AK_SESSION__TYPE                 = "dynamodb"
+    AK_SESSION__DYNAMODB__TABLE_NAME = var.session_table_name
   }, var.extra_environment)
+
+  sessions = var.session_table_arn == null ? [] : [{
+    sid       = "Sessions"
+    actions   = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"]
+    resources = [var.session_table_arn, "${var.session_table_arn}/index/by_owner"]
+  }]
 
   send = var.enable_sqs_send ? [{
     sid       = "SendToInput"
@@ -35,7 +46,7 @@ module "function" {
   environment          = local.environment
   policy_statements = concat(local.send, [{
     sid       = "ResponseTable"
-    actions   = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem"]
+    actions   = ["dynamodb:GetItem", "dynamodb:PutItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"]
     resources = [var.response_table_arn]
-  }])
+  }], local.sessions)
 }

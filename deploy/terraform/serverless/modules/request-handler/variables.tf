@@ -93,3 +93,15 @@ variable "response_table_arn" {
   description = "Response table ARN."
   type        = string
 }
+
+variable "session_table_name" {
+  description = "DynamoDB session table the sessions API reads; null answers those routes 501."
+  type        = string
+  default     = null
+}
+
+variable "session_table_arn" {
+  description = "ARN of the session table (with session_table_name)."
+  type        = string
+  default     = null
+}

@@ -1,6 +1,7 @@
 # DynamoDB tables read and written by agentkernel. Key names and the TTL attribute are the ones
 # the stores use (src/agentkernel/pipeline/response_store/dynamodb.py, src/agentkernel/session/
-# dynamodb.py); tests/deploy checks they stay in step.
+# dynamodb.py); tests/deploy checks they stay in step. The session table has the global secondary
+# index the sessions API lists an identity's sessions by (OWNER_INDEX in the session store).
 
 locals {
   tables = merge(
@@ -20,6 +21,24 @@ resource "aws_dynamodb_table" "table" {
   attribute {
     name = each.value.hash_key
     type = "S"
+  }
+
+  dynamic "attribute" {
+    for_each = each.key == "session" ? { owner_scope = "S", active_at = "N" } : {}
+    content {
+      name = attribute.key
+      type = attribute.value
+    }
+  }
+
+  dynamic "global_secondary_index" {
+    for_each = each.key == "session" ? ["by_owner"] : []
+    content {
+      name            = global_secondary_index.value
+      hash_key        = "owner_scope"
+      range_key       = "active_at"
+      projection_type = "KEYS_ONLY"
+    }
   }
 
   ttl {

@@ -1,0 +1,116 @@
+"""What a session store keeps so sessions can be listed and shown: the per-identity index and
+the per-session log of recent turns.
+
+Every write of a session record (:meth:`SessionStore.write`, the one path every turn's commit
+takes on every topology) also refreshes the record's entry in the index of its identity, its
+*scope*: the digest part of a scoped key (``<digest>/<session_id>``,
+:func:`~agentkernel.pipeline.scoping.session_key`), or :data:`ANONYMOUS` for a session without
+an identity. An entry's time is the write's, in milliseconds since the epoch; since a record
+lives ``ttl`` seconds after its last write, an entry older than that is an expired session and is
+never listed. The log of turns (:class:`TurnEntry`) travels inside the record itself, so it is
+committed in the same conditional write as the turn it describes.
+"""
+
+from __future__ import annotations
+
+import json
+import time
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ANONYMOUS",
+    "LOGGED_TURNS",
+    "SessionEntry",
+    "SessionPage",
+    "TurnEntry",
+    "now_ms",
+    "scope_of",
+]
+
+#: The scope of sessions without an identity (a digest is hex, so no identity's scope is this).
+ANONYMOUS = "~"
+#: How many turns a record's log keeps (newest last).
+LOGGED_TURNS = 50
+
+
+def now_ms() -> int:
+    """Wall-clock milliseconds since the epoch: the time an index entry carries."""
+    return int(time.time() * 1000)
+
+
+def scope_of(key: str, owner: str | None) -> str | None:
+    """The index a session stored under ``key`` belongs to, or ``None`` for none.
+
+    A scoped key's digest; :data:`ANONYMOUS` for an unscoped key with no owner. An unscoped
+    record with an owner was written before sessions were scoped (it is adopted, never listed).
+    """
+    digest, slash, _ = key.partition("/")
+    if slash:
+        return digest
+    return ANONYMOUS if owner is None else None
+
+
+@dataclass(frozen=True)
+class TurnEntry:
+    """One committed turn in a session's log.
+
+    Attributes:
+        request_id: the turn's id.
+        status_code: the status of its reply.
+        error: the reply's error code (``AGENT_ERROR``, ...), ``None`` for a success.
+        at: when it was committed, seconds since the epoch.
+    """
+
+    request_id: str
+    status_code: int
+    error: str | None
+    at: float
+
+    @classmethod
+    def of(cls, request_id: str, status_code: int, body: str) -> TurnEntry:
+        """The entry of a turn committed now with a reply of ``status_code`` and ``body``."""
+        return cls(request_id, status_code, _error_code(status_code, body), time.time())
+
+    def to_doc(self) -> dict[str, Any]:
+        return {"r": self.request_id, "s": self.status_code, "e": self.error, "t": self.at}
+
+    @classmethod
+    def from_doc(cls, doc: dict[str, Any]) -> TurnEntry:
+        return cls(str(doc["r"]), int(doc["s"]), doc.get("e"), float(doc["t"]))
+
+
+@dataclass(frozen=True)
+class SessionEntry:
+    """A session in its identity's index: its store key and its last write (ms since epoch)."""
+
+    key: str
+    active_at: int
+
+
+@dataclass(frozen=True)
+class SessionPage:
+    """One page of an identity's sessions, newest activity first; ``more`` when others follow
+    the last one."""
+
+    entries: list[SessionEntry]
+    more: bool
+
+
+def _error_code(status_code: int, body: str) -> str | None:
+    if status_code < 400:
+        return None
+    try:
+        doc = json.loads(body)
+    except ValueError:
+        return None
+    code = doc.get("error") if isinstance(doc, dict) else None
+    return code if isinstance(code, str) else None
+
+
+def page_of(entries: list[SessionEntry], limit: int, after: SessionEntry | None) -> SessionPage:
+    """The page after ``after`` of ``entries``, ordered newest first (ties by key, descending)."""
+    ordered = sorted(entries, key=lambda e: (e.active_at, e.key), reverse=True)
+    if after is not None:
+        ordered = [e for e in ordered if (e.active_at, e.key) < (after.active_at, after.key)]
+    return SessionPage(ordered[:limit], len(ordered) > limit)
