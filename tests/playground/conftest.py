@@ -36,7 +36,8 @@ CHROMIUM_ARGS = [
 
 
 class ServeProcess:
-    """``agentkernel serve examples/echo.py`` on one port, stopped and started again at will."""
+    """``agentkernel serve`` of examples/echo.py's agents (and ``fails``: see agents.py) on one
+    port, stopped and started again at will."""
 
     def __init__(self, tmp: Path, config: str = "") -> None:
         self.port = free_port()
@@ -48,7 +49,8 @@ class ServeProcess:
         self.start()
 
     def start(self) -> None:
-        command = [sys.executable, "-m", "agentkernel", "serve", "examples/echo.py"]
+        agents = str(Path(__file__).with_name("agents.py"))
+        command = [sys.executable, "-m", "agentkernel", "serve", agents]
         command += ["--port", str(self.port), "--config", str(self.config), "--access-log"]
         with self.logs.open("ab") as log:
             self.proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log)

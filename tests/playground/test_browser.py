@@ -1,6 +1,7 @@
 """The playground page in headless Chromium against a real ``agentkernel serve``.
 
-The agents are examples/echo.py's: ``spell`` streams one word every 0.2 s, ``echo`` answers once.
+The agents are examples/echo.py's (``spell`` streams one word every 0.2 s, ``echo`` answers once)
+and ``fails`` (agents.py).
 Arrival times are measured in the page (``data-first-at``, ``data-end-at``: milliseconds since
 the turn was sent) and by a MutationObserver recording when each chunk reached the DOM.
 """
@@ -11,6 +12,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import httpx
 import pytest
 from playwright.sync_api import expect
 
@@ -38,14 +40,15 @@ WATCH_CHUNKS = """() => {
 def open_page(page: Any, serve: ServeProcess) -> None:
     page.goto(serve.url + "/")
     assert page.url == serve.url + "/playground"
-    expect(page.locator("#agent option")).not_to_have_count(0)
+    expect(page.locator("#agent-names option")).not_to_have_count(0)
+    expect(page.locator("#session-id")).not_to_have_value("")
 
 
 def send(page: Any, text: str, mode: str, agent: str | None = None) -> Any:
     """Send ``text``; return the locator of its reply bubble once the turn ended."""
     done_before = page.locator("#log li.agent[data-end-at]").count()
     if agent is not None:
-        page.select_option("#agent", agent)
+        page.fill("#agent", agent)
     page.select_option("#mode", mode)
     page.fill("#prompt", text)
     page.click("#send")
@@ -90,7 +93,10 @@ def test_turn_row_state_panel_and_pipeline_panel_update(serve: ServeProcess, pag
     assert (outcome, attempts) == ("200 ok", "n/a")
     assert int(first.removesuffix(" ms")) < int(total.removesuffix(" ms"))
     assert reply.get_attribute("data-outcome") == "200 ok"
-    expect(page.locator("#state")).to_contain_text(f"state of {session}: not available")
+    if httpx.get(serve.url + "/api/v1/sessions").status_code == 200:  # the sessions API
+        expect(page.locator("#state")).to_contain_text('"n": 2')  # echo counts its turns
+    else:
+        expect(page.locator("#state")).to_contain_text(f"state of {session}: not available")
     finished = page.locator('#pipeline dd[data-metric="turns finished"]')
     expect(finished).to_have_text("3", timeout=10_000)  # polled from /metrics every 2 s
     expect(page.locator('#pipeline dd[data-metric="redeliveries"]')).to_have_text("0")
@@ -107,12 +113,19 @@ def _screenshot(page: Any) -> None:
     assert size < SCREENSHOT_LIMIT, f"{SCREENSHOT} is {size} bytes"
 
 
-def test_an_agent_error_is_shown_readably(serve: ServeProcess, page: Any) -> None:
+@pytest.mark.parametrize("mode", ["stream", "ws", "sync"])
+def test_an_agent_error_is_shown_readably(serve: ServeProcess, page: Any, mode: str) -> None:
     open_page(page, serve)
-    page.evaluate(
-        """() => { const o = document.createElement("option");
-                   o.value = o.text = "nobody"; document.getElementById("agent").append(o); }"""
-    )
+    reply = send(page, "hi", mode, agent="fails")
+    assert reply.get_attribute("data-outcome") == "500 AGENT_ERROR"
+    assert "failed" in reply.get_attribute("class")
+    assert "the model said no" in reply.locator(".text").text_content()
+    expect(page.locator("#notice")).to_contain_text("The turn failed: AGENT_ERROR")
+    expect(page.locator("#turns tbody tr").first).to_contain_text("500 AGENT_ERROR")
+
+
+def test_an_unknown_agent_is_shown_readably(serve: ServeProcess, page: Any) -> None:
+    open_page(page, serve)
     reply = send(page, "hi", "sync", agent="nobody")
     assert reply.get_attribute("data-outcome") == "404 AGENT_NOT_FOUND"
     expect(page.locator("#notice")).to_contain_text("The turn failed: AGENT_NOT_FOUND")
@@ -156,7 +169,7 @@ def test_with_auth_on_the_page_loads_and_asks_for_the_credential(page: Any, tmp_
 
         page.fill("#credential", key)
         page.press("#credential", "Enter")
-        expect(page.locator("#agent option")).not_to_have_count(0)
+        expect(page.locator("#agent-names option")).not_to_have_count(0)
         expect(notice).to_be_hidden()
         assert send(page, WORDS, "stream", agent="spell").get_attribute("data-outcome") == "200 ok"
         refused = send(page, "hi", "ws")  # only the URL could carry the key: not sent

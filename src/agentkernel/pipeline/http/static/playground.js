@@ -71,17 +71,22 @@ async function loadAgents() {
   if (!response.ok) throw new ApiError(response.status, await readJson(response));
   const doc = await response.json();
   page.agents = doc.details || (doc.agents || []).map((name) => ({ name, streaming: null }));
-  const select = $("agent");
-  const chosen = select.value;
-  select.replaceChildren(...page.agents.map((a) => new Option(a.name, a.name)));
-  const streaming = page.agents.find((a) => a.streaming);
-  select.value = page.agents.some((a) => a.name === chosen) ? chosen : (streaming || page.agents[0] || {}).name || "";
+  $("agent-names").replaceChildren(...page.agents.map((a) => new Option(a.description || "", a.name)));
+  const streaming = page.agents.find((a) => a.streaming) || page.agents[0];
+  if (!$("agent").value && streaming) $("agent").value = streaming.name;
   showAgent();
 }
 
+// An IO process of a split deployment knows no agents: the name typed goes to the runners, and
+// an empty one leaves the choice to them (their first agent).
 function showAgent() {
-  const agent = page.agents.find((a) => a.name === $("agent").value);
-  if (!agent) return void ($("agent-info").textContent = "no agents registered");
+  const name = $("agent").value.trim();
+  const agent = page.agents.find((a) => a.name === name);
+  if (!agent) {
+    const known = page.agents.length ? "not one this server lists" : "this server lists no agents";
+    $("agent-info").textContent = name ? `${known}; the runner decides` : "the runner's default agent";
+    return;
+  }
   const kind = agent.streaming === null ? "" : agent.streaming ? " (streams)" : " (one reply)";
   $("agent-info").textContent = (agent.description || "no description") + kind;
 }
@@ -150,8 +155,11 @@ async function showState(sessionId, reply) {
     }
   }
   pre.classList.toggle("muted", state === undefined);
+  const why = page.sessionsApi
+    ? "the sessions API has no state for it yet"
+    : "the reply does not carry it and the server has no sessions API";
   pre.textContent = state === undefined
-    ? `state of ${sessionId}: not available (the reply does not carry it and the server has no sessions API)`
+    ? `state of ${sessionId}: not available (${why})`
     : JSON.stringify(state, null, 2);
 }
 
@@ -173,7 +181,8 @@ function startTurn(prompt) {
     started: performance.now(), first: null, ended: null, text, meta, item: agent,
     requestId: "", outcome: "", attempts: null, chunks: [],
   };
-  meta.textContent = `${$("agent").value} · ${$("mode").selectedOptions[0].textContent}`;
+  turn.label = `${$("agent").value.trim() || "default agent"} · ${$("mode").selectedOptions[0].textContent}`;
+  meta.textContent = turn.label;
   log.scrollTop = log.scrollHeight;
   return turn;
 }
@@ -198,6 +207,7 @@ function endTurn(turn, doc, status) {
     turn.text.textContent = doc.result;
   }
   if (!ok) turn.text.textContent += (turn.text.textContent ? "\n" : "") + ((doc && doc.message) || turn.outcome);
+  turn.meta.textContent = turn.label;
   turn.item.classList.remove("pending");
   turn.item.classList.toggle("failed", !ok);
   turn.item.dataset.endAt = String(Math.round(turn.ended - turn.started));
@@ -227,8 +237,9 @@ function addTurnRow(turn) {
   $("turns").tBodies[0].prepend(row);
 }
 
-function chatBody(prompt, extra = {}) {
-  return { session_id: $("session-id").value.trim(), prompt, agent: $("agent").value, ...extra };
+function chatBody(prompt) {
+  const agent = $("agent").value.trim();
+  return { session_id: $("session-id").value.trim(), prompt, ...(agent ? { agent } : {}) };
 }
 
 async function sendSync(turn, body, prefer) {
@@ -241,7 +252,7 @@ async function sendSync(turn, body, prefer) {
 }
 
 async function pollReply(turn, location) {
-  turn.meta.textContent += " · queued, polling";
+  turn.meta.textContent = `${turn.label} · queued, polling`;
   const deadline = performance.now() + POLL_LIMIT_MS;
   while (performance.now() < deadline) {
     const response = await call(location);
@@ -461,8 +472,11 @@ function start() {
   $("prompt").addEventListener("keydown", (event) => {
     if (event.key === "Enter" && !event.shiftKey) send(event);
   });
-  $("agent").addEventListener("change", showAgent);
-  $("session").addEventListener("change", () => ($("session-id").value = $("session").value));
+  $("agent").addEventListener("input", showAgent);
+  $("session").addEventListener("change", () => {
+    $("session-id").value = $("session").value;
+    showState($("session").value, null);
+  });
   $("new-session").addEventListener("click", () => {
     $("session-id").value = newSessionId();
     $("state").textContent = "new session: no turn yet";
