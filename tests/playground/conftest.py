@@ -97,12 +97,18 @@ def browser() -> Iterator[Any]:
 
 @pytest.fixture
 def page(browser: Any) -> Iterator[Any]:
-    """A page 1280x720; its console errors (other than HTTP statuses) fail the test."""
+    """A page 1280x720; a script error or a Content-Security-Policy violation fails the test."""
     context = browser.new_context(viewport={"width": 1280, "height": 720})
     tab = context.new_page()
     tab.set_default_timeout(15_000)
     errors: list[str] = []
     tab.on("pageerror", lambda exc: errors.append(str(exc)))
+
+    def on_console(message: Any) -> None:
+        if "Content Security Policy" in message.text:
+            errors.append(message.text)
+
+    tab.on("console", on_console)
     yield tab
     context.close()
     assert not errors, errors

@@ -180,3 +180,21 @@ def test_with_auth_on_the_page_loads_and_asks_for_the_credential(page: Any, tmp_
     finally:
         serve.stop()
     assert key not in serve.logs.read_text()
+
+
+def test_the_policy_blocks_inline_script_in_the_page(serve: ServeProcess, browser: Any) -> None:
+    """What the page's Content-Security-Policy is for: injected inline code does not run."""
+    context = browser.new_context()
+    try:
+        tab = context.new_page()
+        violations: list[str] = []
+        tab.on("console", lambda m: violations.append(m.text))
+        tab.goto(serve.url + "/playground")
+        tab.evaluate(
+            """() => { const s = document.createElement("script");
+                       s.textContent = "window.injected = true"; document.body.append(s); }"""
+        )
+        assert tab.evaluate("() => window.injected === undefined")
+        assert any("Content Security Policy" in v for v in violations), violations
+    finally:
+        context.close()

@@ -437,6 +437,7 @@ function serverIs(up) {
 }
 
 async function pollMetrics() {
+  if (document.hidden) return void setTimeout(pollMetrics, METRICS_EVERY_MS); // nobody looks
   try {
     const response = await call("/metrics");
     serverIs(true);
