@@ -12,9 +12,9 @@ async def echo(turn):
 
 
 async def spell(turn):
-    """A streaming agent: yields the prompt one word at a time."""
+    """A streaming agent: yields the prompt one word at a time, slowly enough to watch."""
     for word in turn.prompt.split():
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.2)
         yield word + " "
 
 

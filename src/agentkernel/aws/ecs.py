@@ -172,8 +172,12 @@ class ECSIOHandler(IOHandler):
     """The IO container: REST API thread plus OUTPUT consumer threads, no agents.
 
     It listens on every interface (``0.0.0.0``) unless ``api.host`` is set: a container is
-    reached through its network interface, never its loopback.
+    reached through its network interface, never its loopback. The playground page is off
+    unless ``api.playground`` turns it on, whether or not agents run here.
     """
+
+    def _playground(self, with_runner: bool) -> bool:
+        return bool(self.config.api.playground)
 
     @classmethod
     def run(

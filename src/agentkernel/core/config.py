@@ -263,6 +263,14 @@ class ApiConfig(_Block):
         description="Log one line per request and WebSocket connection (logger "
         "agentkernel.access): client, method, path, status, milliseconds, request_id, user.",
     )
+    playground: bool | None = Field(
+        None,
+        description="Serve the playground page at /playground (and redirect / to it): a small "
+        "browser page to chat with the agents, watch replies stream and see the pipeline's "
+        "metrics. The page and its two static files are public; every API call it makes sends "
+        "the credential typed into it. Unset: on where the process runs the agents itself "
+        "(agentkernel serve), off for an IO process alone (agentkernel io, ECSIOHandler).",
+    )
     idempotency_secret: SecretStr | None = Field(
         None,
         description="Secret mixed into request ids derived from an Idempotency-Key, so nobody "

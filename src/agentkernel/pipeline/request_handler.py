@@ -32,7 +32,11 @@ class RequestHandler(ChatFront):
     """The chat front with the FastAPI application that serves it (see :class:`ChatFront`)."""
 
     def build_app(
-        self, auth_validator: AuthValidator | None = None, handlers: Sequence[RouterSource] = ()
+        self,
+        auth_validator: AuthValidator | None = None,
+        handlers: Sequence[RouterSource] = (),
+        *,
+        with_playground: bool | None = None,
     ) -> FastAPI:
         """The application with every route of the HTTP API (arguments: see :func:`build_app`)."""
-        return build_app(self, auth_validator, handlers)
+        return build_app(self, auth_validator, handlers, with_playground=with_playground)

@@ -16,7 +16,7 @@ from fastapi.responses import JSONResponse, PlainTextResponse
 from agentkernel.auth import AuthValidator
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.front import CHAT_PATH, ChatFront
-from agentkernel.pipeline.http import openapi
+from agentkernel.pipeline.http import openapi, playground
 from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_server_logs
 from agentkernel.pipeline.http.auth import IDENTITY, OPEN_PATHS, Authenticator, AuthMiddleware
 from agentkernel.pipeline.http.errors import install_error_handlers
@@ -44,6 +44,8 @@ def build_app(
     front: ChatFront,
     auth_validator: AuthValidator | None = None,
     handlers: Sequence[RouterSource] = (),
+    *,
+    with_playground: bool | None = None,
 ) -> FastAPI:
     """The application with every route of the HTTP API over ``front``.
 
@@ -54,6 +56,8 @@ def build_app(
         handlers: more routes, mounted after the API's own (which keep their paths): objects
             with ``get_router()`` (upstream's ``RESTRequestHandler``) or FastAPI routers.
             Authentication covers them like every other route.
+        with_playground: serve the playground page (:mod:`.playground`); ``None`` follows
+            ``api.playground``, off when that is unset.
 
     Raises:
         AKConfigError: a handler is neither a router nor has ``get_router()``.
@@ -68,17 +72,22 @@ def build_app(
     install_error_handlers(app)
     protect_server_logs()
     api = front.config.api
+    if with_playground is None:
+        with_playground = bool(api.playground)
     if api.auth.enabled or auth_validator is not None:
+        page = playground.PATHS if with_playground else frozenset()
         app.add_middleware(
             AuthMiddleware,
             authenticator=Authenticator(api.auth, auth_validator),
-            open_paths=OPEN_PATHS | public_paths(api.limits.public_routes),
+            open_paths=OPEN_PATHS | public_paths(api.limits.public_routes) | page,
         )
     if api.access_log:
         app.add_middleware(AccessLogMiddleware)  # outermost: refused requests are logged too
     _chat_routes(app, ChatRoutes(front), SocketGate(api.limits))
     _session_routes(app, SessionRoutes(front))
     _service_routes(app, front)
+    if with_playground:
+        playground.install(app)
     for router in routers_of(handlers):
         app.include_router(router)
     openapi.install(app)

@@ -127,7 +127,9 @@ class IOHandler:
             self.runner_loop = self._runner_loop()
         self.server = uvicorn.Server(
             uvicorn.Config(
-                self.api.build_app(auth_validator, handlers),
+                self.api.build_app(
+                    auth_validator, handlers, with_playground=self._playground(with_runner)
+                ),
                 host=self.config.api.host,
                 port=self.config.api.port,
                 log_config=None,
@@ -141,6 +143,11 @@ class IOHandler:
         self._sockets: list[socket.socket] | None = None
         self._http_done = threading.Event()
         METRICS.add_collector(self._sample_depth)
+
+    def _playground(self, with_runner: bool) -> bool:
+        """``api.playground``, or when unset: on where this process runs the agents."""
+        setting = self.config.api.playground
+        return with_runner if setting is None else setting
 
     def _output_loop(self) -> ConsumerLoop | InLoopConsumer:
         """Stopped by the shutdown sequence, after the runner, not by the shutdown itself."""
