@@ -47,6 +47,7 @@ from agentkernel.core.config_backends import (
     KafkaQueueConfig,
     NatsQueueConfig,
     OutputQueueSettings,
+    PostgresStoreConfig,
     QueuesConfig,
     QueueSettings,
     RedisStoreConfig,
@@ -76,6 +77,7 @@ __all__ = [
     "LimitsConfig",
     "NatsQueueConfig",
     "OutputQueueSettings",
+    "PostgresStoreConfig",
     "QueueSettings",
     "QueuesConfig",
     "RedisStoreConfig",
@@ -178,11 +180,15 @@ class SessionConfig(_Block):
     """``session``: where agents keep per-session state between turns."""
 
     type: str = Field(
-        "in_memory", description="in_memory, redis, dynamodb, or a dotted path to a SessionStore."
+        "in_memory",
+        description="in_memory, redis, dynamodb, postgres, or a dotted path to a SessionStore.",
     )
     ttl: float = Field(604800.0, gt=0, description="Seconds a session's state is kept.")
     redis: RedisStoreConfig | None = Field(None, description="Redis session store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB session settings.")
+    postgres: PostgresStoreConfig | None = Field(
+        None, description="PostgreSQL session store settings."
+    )
     adopt_unscoped: list[AdoptionScheme] = Field(
         default_factory=list,
         description="After upgrading to sessions scoped per identity: the identity schemes "

@@ -235,11 +235,56 @@ class DynamoDBStoreConfig(Block):
     endpoint_url: str | None = Field(None, description="Override the endpoint (local servers).")
 
 
+class PostgresStoreConfig(Block):
+    """A PostgreSQL database used as a response or session store (``agentkernel[postgres]``)."""
+
+    dsn: str = Field(
+        "postgresql://127.0.0.1:5432/postgres",
+        description="libpq connection string or URL (postgresql://user@host:port/dbname). Put "
+        "the password in PGPASSWORD or a .pgpass file rather than here.",
+    )
+    db_schema: str = Field(
+        "agentkernel",
+        pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+        description="PostgreSQL schema holding the tables (created by 'agentkernel db "
+        "migrate'); lower-case letters, digits and '_'. Stores of one deployment share it.",
+    )
+    pool_size: int = Field(
+        10, ge=1, le=1000, description="Most connections each store opens (plus one listener)."
+    )
+    connect_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Seconds to open a connection or wait for a free one in the pool; an "
+        "unreachable server fails a store call after this long.",
+    )
+    statement_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Seconds a statement may run before the server cancels it (and the client "
+        "gives up on a silent connection a little later).",
+    )
+    sweep_interval: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between two deletions of expired rows by each store's sweeper "
+        "thread. Reads ignore expired rows whatever this is; it bounds only disk use.",
+    )
+    auto_provision: bool = Field(
+        False,
+        description="Create or upgrade the tables at start-up (development). Off, a missing or "
+        "older schema fails start-up with the command to run: 'agentkernel db migrate'.",
+    )
+
+
 class ResponseStoreConfig(Block):
     """``execution.response_store``: where replies wait to be read."""
 
     type: str = Field(
-        "in_memory", description="in_memory, redis, dynamodb, or a dotted path to a ResponseStore."
+        "in_memory",
+        description="in_memory, redis, dynamodb, postgres, or a dotted path to a ResponseStore.",
     )
     ttl: float = Field(
         3600.0,
@@ -250,6 +295,9 @@ class ResponseStoreConfig(Block):
     )
     redis: ResponseRedisConfig | None = Field(None, description="Redis response store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
+    postgres: PostgresStoreConfig | None = Field(
+        None, description="PostgreSQL response store settings."
+    )
     retry_count: int | None = Field(
         None,
         ge=1,
