@@ -5,7 +5,17 @@ from __future__ import annotations
 import subprocess
 import sys
 
-OPTIONAL = ("boto3", "botocore", "nats", "confluent_kafka", "redis", "agents", "openai")
+OPTIONAL = (
+    "boto3",
+    "botocore",
+    "nats",
+    "confluent_kafka",
+    "redis",
+    "psycopg",
+    "psycopg_pool",
+    "agents",
+    "openai",
+)
 CORE_MODULES = (
     "agentkernel",
     "agentkernel.core.config",

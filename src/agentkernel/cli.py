@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from agentkernel import __version__
+from agentkernel import db as db_command
 from agentkernel.core.agent import Agent, AgentRegistry, Module
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
@@ -211,6 +212,7 @@ def build_parser() -> argparse.ArgumentParser:
                 help="log one line per request (api.access_log)",
             )
         cmd.add_argument("--config", help="config.yaml to read (default ./config.yaml)")
+    db_command.add_parser(sub)
     chat = sub.add_parser("chat", help="send a chat turn (or, without PROMPT, chat line by line)")
     chat.add_argument("prompt", nargs="?", help="the message; omit it for an interactive session")
     chat.add_argument("--session", required=True, help="session id")
@@ -244,6 +246,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.command == "chat":
             return _chat(args)
+        if args.command == "db":
+            return db_command.run(args)
         if args.command == "runner":
             _runner(args)
         else:

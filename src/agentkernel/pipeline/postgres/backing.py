@@ -84,9 +84,7 @@ class Backing:
         with self._lock:
             if self.epoch is None:
                 with self.connection("check of the schema") as conn:
-                    self.epoch = establish(
-                        conn, self.schema, self.key, self.config.auto_provision
-                    )
+                    self.epoch = establish(conn, self.schema, self.key, self.config.auto_provision)
             return self.epoch
 
     def check_miss(self, found: object, what: str) -> None:

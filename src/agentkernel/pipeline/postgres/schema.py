@@ -80,7 +80,7 @@ def current_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -
         return None
     query = sql.SQL("SELECT coalesce(max(version), 0) FROM {}.schema_version")
     row = conn.execute(query.format(sql.Identifier(schema))).fetchone()
-    return int(row[0]) if row else 0
+    return int(str(row[0])) if row else 0
 
 
 def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[int]:
@@ -104,10 +104,11 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[i
             if (current_version(conn, schema) or 0) >= version:
                 continue
             epoch = sql.Literal(uuid.uuid4().hex)
-            conn.execute(sql.SQL(text).format(s=ident, epoch=epoch))  # type: ignore[arg-type]
+            conn.execute(sql.SQL(text).format(s=ident, epoch=epoch))
             conn.execute(
-                sql.SQL("INSERT INTO {}.schema_version (version, description) VALUES (%s, %s)")
-                .format(ident),
+                sql.SQL(
+                    "INSERT INTO {}.schema_version (version, description) VALUES (%s, %s)"
+                ).format(ident),
                 [version, description],
             )
         logger.info("schema %s: applied migration %s (%s)", schema, version, description)
@@ -168,6 +169,6 @@ def query_in(schema: str) -> Query:
     ident = sql.Identifier(schema)
 
     def compose(text: str) -> sql.Composed:
-        return sql.SQL(text).format(s=ident)  # type: ignore[arg-type]
+        return sql.SQL(text).format(s=ident)
 
     return compose
