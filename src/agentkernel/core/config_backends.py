@@ -174,67 +174,6 @@ class KafkaQueueConfig(Block):
     )
 
 
-class QueuesConfig(Block):
-    """``execution.queues``: which broker carries the INPUT and OUTPUT queues, and how."""
-
-    type: str = Field(
-        "in_memory",
-        description="Transport: in_memory, sqs, nats, kafka, or a dotted path to a "
-        "QueueTransport subclass.",
-    )
-    input: InputQueueSettings = Field(
-        default_factory=InputQueueSettings, description="The INPUT queue (chat turns)."
-    )
-    output: OutputQueueSettings = Field(
-        default_factory=OutputQueueSettings, description="The OUTPUT queue (replies)."
-    )
-    batch_size: int | None = Field(
-        None, ge=1, le=10, description="Messages per fetch on both queues; unset means 1."
-    )
-    in_memory: InMemoryQueueConfig | None = Field(None, description="In-memory transport tuning.")
-    sqs: SQSQueueConfig | None = Field(None, description="SQS transport settings.")
-    nats: NatsQueueConfig | None = Field(None, description="NATS JetStream transport settings.")
-    kafka: KafkaQueueConfig | None = Field(None, description="Kafka transport settings.")
-
-
-class RedisStoreConfig(Block):
-    """A Redis server used as a response or session store."""
-
-    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL.")
-    prefix: str = Field("ak:", description="Prefix of every key written.")
-    allow_eviction: bool = Field(
-        False,
-        description="Start even though the server's maxmemory-policy may evict keys (anything "
-        "but noeviction). Off, such a server is refused at start-up: an evicted session or "
-        "ticket could not be told from a new one. On, it is a warning in the log and in /ready.",
-    )
-
-
-class ResponseRedisConfig(RedisStoreConfig):
-    """The Redis server of the response store."""
-
-    upstream_prefix: str | None = Field(
-        None,
-        min_length=1,
-        description="Also read replies written by upstream agentkernel 0.9.5, at "
-        "'<upstream_prefix><request_id>' (upstream's default prefix is 'ak:responses:'), so "
-        "turns accepted before a migration can still be polled after it; remove it once "
-        "those replies have expired. Replies are always written as '<prefix>resp:<request_id>'.",
-    )
-
-
-class DynamoDBStoreConfig(Block):
-    """A DynamoDB table used as a response or session store."""
-
-    table_name: str | None = Field(
-        None,
-        description="Table name; its string partition key is request_id (response store) or "
-        "session_id (session store), and expiry_time is its TTL attribute.",
-    )
-    region_name: str | None = Field(None, description="AWS region; default from the environment.")
-    endpoint_url: str | None = Field(None, description="Override the endpoint (local servers).")
-
-
 class PostgresStoreConfig(Block):
     """A PostgreSQL database used as a response or session store (``agentkernel[postgres]``)."""
 
@@ -277,6 +216,106 @@ class PostgresStoreConfig(Block):
         description="Create or upgrade the tables at start-up (development). Off, a missing or "
         "older schema fails start-up with the command to run: 'agentkernel db migrate'.",
     )
+
+
+class PostgresQueueConfig(PostgresStoreConfig):
+    """PostgreSQL transport: both queues in one table of ``db_schema`` (``agentkernel[postgres]``).
+
+    The connection settings are those of a PostgreSQL store; the tables are created by
+    ``agentkernel db migrate`` with the stores' (or by ``auto_provision`` in development).
+    """
+
+    input_queue: str = Field(
+        "agent-input",
+        min_length=1,
+        max_length=200,
+        description="Name of the INPUT queue inside the table (deployments sharing a schema "
+        "use distinct names).",
+    )
+    output_queue: str = Field(
+        "agent-output", min_length=1, max_length=200, description="Name of the OUTPUT queue."
+    )
+    ack_wait: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a fetched message stays leased (its lease, extended while the turn "
+        "runs); an unacknowledged one is delivered again after it, with its receive count raised.",
+    )
+    dedup_window: float = Field(
+        300.0, ge=0, description="Seconds during which a repeated dedup_id is dropped at send."
+    )
+    max_age: float = Field(
+        86400.0,
+        gt=0,
+        description="Seconds a message may wait in a queue before the sweeper deletes it.",
+    )
+    dead_letter_retention: float = Field(
+        1209600.0,
+        gt=0,
+        description="Seconds a dead-lettered message is kept in the queue_dead table.",
+    )
+
+
+class QueuesConfig(Block):
+    """``execution.queues``: which broker carries the INPUT and OUTPUT queues, and how."""
+
+    type: str = Field(
+        "in_memory",
+        description="Transport: in_memory, sqs, nats, kafka, postgres, or a dotted path to a "
+        "QueueTransport subclass.",
+    )
+    input: InputQueueSettings = Field(
+        default_factory=InputQueueSettings, description="The INPUT queue (chat turns)."
+    )
+    output: OutputQueueSettings = Field(
+        default_factory=OutputQueueSettings, description="The OUTPUT queue (replies)."
+    )
+    batch_size: int | None = Field(
+        None, ge=1, le=10, description="Messages per fetch on both queues; unset means 1."
+    )
+    in_memory: InMemoryQueueConfig | None = Field(None, description="In-memory transport tuning.")
+    sqs: SQSQueueConfig | None = Field(None, description="SQS transport settings.")
+    nats: NatsQueueConfig | None = Field(None, description="NATS JetStream transport settings.")
+    kafka: KafkaQueueConfig | None = Field(None, description="Kafka transport settings.")
+    postgres: PostgresQueueConfig | None = Field(None, description="PostgreSQL transport settings.")
+
+
+class RedisStoreConfig(Block):
+    """A Redis server used as a response or session store."""
+
+    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL.")
+    prefix: str = Field("ak:", description="Prefix of every key written.")
+    allow_eviction: bool = Field(
+        False,
+        description="Start even though the server's maxmemory-policy may evict keys (anything "
+        "but noeviction). Off, such a server is refused at start-up: an evicted session or "
+        "ticket could not be told from a new one. On, it is a warning in the log and in /ready.",
+    )
+
+
+class ResponseRedisConfig(RedisStoreConfig):
+    """The Redis server of the response store."""
+
+    upstream_prefix: str | None = Field(
+        None,
+        min_length=1,
+        description="Also read replies written by upstream agentkernel 0.9.5, at "
+        "'<upstream_prefix><request_id>' (upstream's default prefix is 'ak:responses:'), so "
+        "turns accepted before a migration can still be polled after it; remove it once "
+        "those replies have expired. Replies are always written as '<prefix>resp:<request_id>'.",
+    )
+
+
+class DynamoDBStoreConfig(Block):
+    """A DynamoDB table used as a response or session store."""
+
+    table_name: str | None = Field(
+        None,
+        description="Table name; its string partition key is request_id (response store) or "
+        "session_id (session store), and expiry_time is its TTL attribute.",
+    )
+    region_name: str | None = Field(None, description="AWS region; default from the environment.")
+    endpoint_url: str | None = Field(None, description="Override the endpoint (local servers).")
 
 
 class ResponseStoreConfig(Block):

@@ -26,7 +26,7 @@ from psycopg import errors as pg
 from psycopg_pool import ConnectionPool
 
 from agentkernel.core.config_backends import PostgresStoreConfig
-from agentkernel.core.errors import AKConfigError, StoreDataLostError, StoreError, StoreFullError
+from agentkernel.core.errors import AKConfigError, StoreDataLostError, StoreFullError
 
 logger = logging.getLogger(__name__)
 
@@ -79,7 +79,12 @@ def open_pool(config: PostgresStoreConfig, key: str) -> ConnectionPool:
 
 @contextmanager
 def pg_errors(
-    what: str, *, unavailable: type[StoreError], failed: type[StoreError]
+    what: str,
+    *,
+    unavailable: type[Exception],
+    failed: type[Exception],
+    lost: type[Exception] = StoreDataLostError,
+    full: type[Exception] = StoreFullError,
 ) -> Iterator[None]:
     """Map psycopg exceptions raised in the block (see the module docstring).
 
@@ -87,16 +92,18 @@ def pg_errors(
         what: the operation, for the message ("read of session s-1").
         unavailable: raised for connection trouble and timeouts.
         failed: raised for any other database error.
+        lost: raised when a table or the schema is gone.
+        full: raised when the server is out of disk or memory.
     """
     try:
         yield
     except (pg.UndefinedTable, pg.InvalidSchemaName) as exc:
-        raise StoreDataLostError(
-            f"{what}: {_primary(exc)}: the store's tables are gone; restore them, or run "
+        raise lost(
+            f"{what}: {_primary(exc)}: the tables are gone; restore them, or run "
             "'agentkernel db migrate' and restart the processes to accept the loss"
         ) from exc
     except pg.InsufficientResources as exc:
-        raise StoreFullError(f"{what}: PostgreSQL refuses writes: {_primary(exc)}") from exc
+        raise full(f"{what}: PostgreSQL refuses writes: {_primary(exc)}") from exc
     except (psycopg.OperationalError, pg.ReadOnlySqlTransaction) as exc:
         raise unavailable(f"{what}: PostgreSQL unavailable: {_primary(exc)}") from exc
     except psycopg.Error as exc:

@@ -56,9 +56,29 @@ CREATE INDEX quota_bytes_expiry ON {s}.quota_bytes (expires_at);
 INSERT INTO {s}.meta (name, value) VALUES ('epoch', {epoch});
 """
 
+_V2 = """
+CREATE TABLE {s}.queue_messages (
+    id bigserial PRIMARY KEY, queue text NOT NULL, group_id text, body text NOT NULL,
+    attributes text NOT NULL, receive_count integer NOT NULL DEFAULT 0,
+    visible_at timestamptz NOT NULL DEFAULT now(), lease_token text,
+    enqueued_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX queue_messages_heads ON {s}.queue_messages (queue, group_id, id);
+CREATE INDEX queue_messages_visible ON {s}.queue_messages (queue, visible_at);
+CREATE TABLE {s}.queue_dedup (
+    queue text NOT NULL, dedup_id text NOT NULL, expires_at timestamptz NOT NULL,
+    PRIMARY KEY (queue, dedup_id));
+CREATE INDEX queue_dedup_expiry ON {s}.queue_dedup (expires_at);
+CREATE TABLE {s}.queue_dead (
+    id bigint PRIMARY KEY, queue text NOT NULL, group_id text, body text NOT NULL,
+    attributes text NOT NULL, receive_count integer NOT NULL,
+    enqueued_at timestamptz NOT NULL, dead_at timestamptz NOT NULL DEFAULT now());
+CREATE INDEX queue_dead_age ON {s}.queue_dead (dead_at);
+"""
+
 #: The migrations in order: (version, what it does, SQL with ``{s}`` for the schema).
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "response store, session store and quota tables, and the store epoch", _V1),
+    (2, "queue transport: messages, dedup ids and dead letters", _V2),
 )
 #: The schema version this release needs.
 LATEST = MIGRATIONS[-1][0]

@@ -145,7 +145,7 @@ class QueueTransportFactory:
     factory reads ``execution.queues`` of :class:`AKConfig`.
     """
 
-    _BUILTIN_TYPES: ClassVar[tuple[str, ...]] = ("in_memory", "sqs", "nats", "kafka")
+    _BUILTIN_TYPES: ClassVar[tuple[str, ...]] = ("in_memory", "sqs", "nats", "kafka", "postgres")
 
     @staticmethod
     def _block(
@@ -215,6 +215,11 @@ class QueueTransportFactory:
             with require_extra("kafka", f"{path}.type: kafka"):
                 from agentkernel.pipeline.transport.kafka import KafkaTransport
             return KafkaTransport.from_config(block)
+        if kind == "postgres":
+            require_block(block, "postgres")
+            with require_extra("postgres", f"{path}.type: postgres"):
+                from agentkernel.pipeline.transport.postgres import PostgresTransport
+            return PostgresTransport.from_config(block)
         if kind in cls._BUILTIN_TYPES or "." not in kind:
             raise AKConfigError(
                 f"execution.queues.type: unknown transport '{kind}'; use one of "
