@@ -1,9 +1,9 @@
-"""``agentkernel db migrate``: create or upgrade the tables of the PostgreSQL stores.
+"""``agentkernel db migrate``: create or upgrade the tables of the PostgreSQL stores and queues.
 
 The migrations are versioned (:mod:`agentkernel.pipeline.postgres.schema`); running the
 command again applies only what is missing, so it belongs in a deployment's release step.
-Without ``--dsn`` it migrates every PostgreSQL store the configuration names (the response
-store and the session store; once each when they share a database and schema).
+Without ``--dsn`` it migrates every PostgreSQL block the configuration names (the transport,
+the response store, the session store; once each database and schema).
 """
 
 from __future__ import annotations
@@ -28,7 +28,9 @@ def add_parser(sub: Any) -> None:
     migrate = actions.add_parser(
         "migrate", help="create or upgrade the tables (idempotent; run before starting)"
     )
-    migrate.add_argument("--dsn", help="PostgreSQL URL; default: the stores in the config")
+    migrate.add_argument(
+        "--dsn", help="PostgreSQL URL; default: the PostgreSQL blocks of the config"
+    )
     migrate.add_argument("--schema", help="schema to migrate with --dsn (default agentkernel)")
     migrate.add_argument("--config", help="config.yaml to read (default ./config.yaml)")
 
@@ -74,21 +76,20 @@ def _targets(args: argparse.Namespace) -> list[tuple[str, PostgresStoreConfig]]:
     if args.schema is not None:
         raise AKConfigError("--schema: only with --dsn (the config names each store's schema)")
     config = AKConfig.load(args.config)
+    blocks = (
+        ("execution.queues", config.execution.queues),
+        ("execution.response_store", config.execution.response_store),
+        ("session", config.session),
+    )
     found: dict[tuple[str, str], tuple[str, PostgresStoreConfig]] = {}
-    store, session = config.execution.response_store, config.session
-    if store.type == "postgres" and store.postgres is not None:
-        found[(store.postgres.dsn, store.postgres.db_schema)] = (
-            "execution.response_store.postgres",
-            store.postgres,
-        )
-    if session.type == "postgres" and session.postgres is not None:
-        found.setdefault(
-            (session.postgres.dsn, session.postgres.db_schema),
-            ("session.postgres", session.postgres),
-        )
+    for key, block in blocks:
+        pg = getattr(block, "postgres", None)
+        if block.type == "postgres" and pg is not None:
+            found.setdefault((pg.dsn, pg.db_schema), (f"{key}.postgres", pg))
     if not found:
         raise AKConfigError(
-            "agentkernel db migrate: the configuration has no PostgreSQL store "
-            "(execution.response_store.type or session.type: postgres); pass --dsn"
+            "agentkernel db migrate: the configuration has no PostgreSQL block "
+            "(execution.queues.type, execution.response_store.type or session.type: postgres); "
+            "pass --dsn"
         )
     return list(found.values())

@@ -106,7 +106,7 @@ def test_a_migrated_schema_starts_without_auto_provision(schemas: Schemas) -> No
 def test_the_cli_migrates_a_dsn_and_the_stores_of_a_config(
     schemas: Schemas, tmp_path: object, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    first, second = schemas.config().db_schema, schemas.config().db_schema
+    first, second, third = (schemas.config().db_schema for _ in range(3))
     assert main(["db", "migrate", "--dsn", schemas.dsn, "--schema", first]) == 0
     assert main(["db", "migrate", "--dsn", schemas.dsn, "--schema", first]) == 0
     out = capsys.readouterr().out.splitlines()
@@ -117,14 +117,17 @@ def test_the_cli_migrates_a_dsn_and_the_stores_of_a_config(
     path = f"{tmp_path}/config.yaml"
     with open(path, "w") as file:
         file.write(
-            "execution:\n  response_store:\n    type: postgres\n"
+            "execution:\n  queues:\n    type: postgres\n"
+            f"    postgres: {{dsn: '{schemas.dsn}', db_schema: {third}}}\n"
+            "  response_store:\n    type: postgres\n"
             f"    postgres: {{dsn: '{schemas.dsn}', db_schema: {second}}}\n"
             "session:\n  type: postgres\n"
             f"  postgres: {{dsn: '{schemas.dsn}', db_schema: {second}}}\n"
         )
     assert main(["db", "migrate", "--config", path]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"execution.response_store.postgres: schema {second} at version {LATEST} (applied 1, 2)"
+        f"execution.queues.postgres: schema {third} at version {LATEST} (applied 1, 2)",
+        f"execution.response_store.postgres: schema {second} at version {LATEST} (applied 1, 2)",
     ]
 
 

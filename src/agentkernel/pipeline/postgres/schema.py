@@ -88,7 +88,10 @@ EXPIRING = ("replies", "tickets", "chunks", "sessions", "quota_unread", "quota_b
 
 def command(schema: str) -> str:
     """The command an operator runs to create or upgrade the tables of ``schema``."""
-    return f"agentkernel db migrate --config config.yaml (or --dsn URL --schema {schema})"
+    return (
+        "'agentkernel db migrate --config config.yaml' "
+        f"(or 'agentkernel db migrate --dsn URL --schema {schema}')"
+    )
 
 
 def current_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> int | None:
@@ -176,7 +179,7 @@ def _outdated(schema: str, version: int | None, key: str) -> str:
     else:
         found = f"schema {schema} is at version {version}, this release needs {LATEST}"
     return (
-        f"{key}: {found}: run '{command(schema)}' first, or set {key}.auto_provision: true "
+        f"{key}: {found}: run {command(schema)} first, or set {key}.auto_provision: true "
         "in development"
     )
 
