@@ -25,23 +25,23 @@ INSERT INTO {s}.queue_messages (queue, group_id, body, attributes)
 VALUES (%(queue)s, %(group)s, %(body)s, %(attributes)s)
 RETURNING id, pg_notify(%(channel)s, '')"""
 
-#: Leases up to ``n`` visible heads (and ungrouped messages), oldest first; rows another fetch
-#: is leasing right now are skipped, and re-checked once it commits.
+#: Leases up to ``n`` visible heads (messages with no older one in their group) and ungrouped
+#: messages, oldest first, walking the queue in id order; rows another fetch is leasing right
+#: now are skipped, and re-checked once it commits.
 CLAIM = """
-WITH heads AS (
-  SELECT DISTINCT ON (group_id) id FROM {s}.queue_messages
-  WHERE queue = %(queue)s AND group_id IS NOT NULL ORDER BY group_id, id
-), candidates AS (
+WITH candidates AS (
   SELECT m.id FROM {s}.queue_messages m
   WHERE m.queue = %(queue)s AND m.visible_at <= now()
-    AND (m.group_id IS NULL OR m.id IN (SELECT id FROM heads))
+    AND (m.group_id IS NULL OR NOT EXISTS (
+      SELECT 1 FROM {s}.queue_messages p
+      WHERE p.queue = m.queue AND p.group_id = m.group_id AND p.id < m.id))
   ORDER BY m.id LIMIT %(n)s
   FOR UPDATE SKIP LOCKED
 )
 UPDATE {s}.queue_messages m
 SET receive_count = m.receive_count + 1, lease_token = %(token)s,
     visible_at = now() + make_interval(secs => %(lease)s)
-FROM candidates WHERE m.id = candidates.id AND m.visible_at <= now()
+WHERE m.id = ANY (ARRAY(SELECT id FROM candidates)) AND m.visible_at <= now()
 RETURNING m.id, m.group_id, m.body, m.attributes, m.receive_count"""
 
 #: Seconds until the next message of the queue may become fetchable (a lease or delay ends).

@@ -63,7 +63,9 @@ CREATE TABLE {s}.queue_messages (
     visible_at timestamptz NOT NULL DEFAULT now(), lease_token text,
     enqueued_at timestamptz NOT NULL DEFAULT now());
 CREATE INDEX queue_messages_heads ON {s}.queue_messages (queue, group_id, id);
-CREATE INDEX queue_messages_visible ON {s}.queue_messages (queue, visible_at);
+ALTER TABLE {s}.queue_messages SET (
+    autovacuum_vacuum_scale_factor = 0, autovacuum_vacuum_threshold = 1000,
+    autovacuum_analyze_scale_factor = 0, autovacuum_analyze_threshold = 1000);
 CREATE TABLE {s}.queue_dedup (
     queue text NOT NULL, dedup_id text NOT NULL, expires_at timestamptz NOT NULL,
     PRIMARY KEY (queue, dedup_id));
