@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import time
 import uuid
 
@@ -13,6 +14,7 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransportFactory
 from agentkernel.pipeline.transport.postgres import PostgresTransport
 from tests import servers
+from tests.stores.postgres_helpers import Proxy
 from tests.transports.test_postgres import queue_config, queue_schema
 
 __all__ = ["queue_schema"]
@@ -106,3 +108,34 @@ def test_a_body_postgres_cannot_hold_is_a_transport_error(queue_schema: tuple[st
 def test_hostile_queue_settings_are_refused(settings: dict[str, object]) -> None:
     with pytest.raises(ValueError):
         queue_config("postgresql://127.0.0.1/x", "agentkernel", **settings)
+
+
+def test_an_outage_fails_calls_in_seconds_and_the_queue_recovers(
+    queue_schema: tuple[str, str],
+) -> None:
+    cut = Proxy()
+    cut.start()
+    config = queue_config(cut.dsn, queue_schema[1], connect_timeout=1.0)
+    transport = PostgresTransport(config)
+    consumer = transport.create_consumer(QueueName.INPUT)
+    try:
+        transport.send(QueueName.INPUT, QueueMessage(body="before", group_id="g"))
+        cut.stop()
+        started = time.monotonic()
+        with pytest.raises(TransportError, match="PostgreSQL unavailable"):
+            transport.send(QueueName.INPUT, QueueMessage(body="during", group_id="g"))
+        with pytest.raises(TransportError, match="PostgreSQL unavailable"):
+            consumer.fetch(1, 0.5)
+        assert time.monotonic() - started < 5
+        cut.start()
+        deadline = time.monotonic() + 15
+        got: list[QueueMessage] = []
+        while not got and time.monotonic() < deadline:
+            with contextlib.suppress(TransportError):
+                got = consumer.fetch(1, 1.0)
+        assert [(m.body, m.receive_count) for m in got] == [("before", 1)]
+        consumer.ack(got[0])
+    finally:
+        cut.stop()
+        consumer.close()
+        transport.close()

@@ -14,12 +14,11 @@ import threading
 from collections.abc import Iterator
 from contextlib import AbstractContextManager, contextmanager
 
-import psycopg
 from psycopg import sql
 
 from agentkernel.core.config_backends import PostgresStoreConfig
 from agentkernel.core.errors import StoreDataLostError, StoreError, StoreUnavailableError
-from agentkernel.pipeline.postgres.client import open_pool, pg_errors
+from agentkernel.pipeline.postgres.client import Connection, open_pool, pg_errors, pooled
 from agentkernel.pipeline.postgres.schema import EXPIRING, establish, query_in
 
 logger = logging.getLogger(__name__)
@@ -28,8 +27,6 @@ logger = logging.getLogger(__name__)
 SWEEP_BATCH = 5000
 #: The sub-select every lookup adds to learn the epoch in the same round trip.
 EPOCH = "(SELECT value FROM {s}.meta WHERE name = 'epoch')"
-
-Connection = psycopg.Connection[tuple[object, ...]]
 
 
 class Backing:
@@ -72,7 +69,7 @@ class Backing:
     @contextmanager
     def connection(self, what: str) -> Iterator[Connection]:
         """A pooled connection, with psycopg errors mapped for ``what``."""
-        with self.errors(what), self.pool.connection() as conn:
+        with pooled(self.pool, self.errors(what)) as conn:
             yield conn
 
     def errors(self, what: str) -> AbstractContextManager[None]:

@@ -19,16 +19,18 @@ from __future__ import annotations
 import logging
 import math
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 
 import psycopg
 from psycopg import errors as pg
-from psycopg_pool import ConnectionPool
+from psycopg_pool import ConnectionPool, PoolTimeout
 
 from agentkernel.core.config_backends import PostgresStoreConfig
 from agentkernel.core.errors import AKConfigError, StoreDataLostError, StoreFullError
 
 logger = logging.getLogger(__name__)
+
+Connection = psycopg.Connection[tuple[object, ...]]
 
 #: Extra seconds the client waits on a silent connection beyond the statement timeout.
 SILENCE_GRACE = 2.0
@@ -108,6 +110,25 @@ def pg_errors(
         raise unavailable(f"{what}: PostgreSQL unavailable: {_primary(exc)}") from exc
     except psycopg.Error as exc:
         raise failed(f"{what}: PostgreSQL failed: {_primary(exc)}") from exc
+
+
+@contextmanager
+def pooled(pool: ConnectionPool, errors: AbstractContextManager[None]) -> Iterator[Connection]:
+    """A connection of ``pool`` inside ``errors`` (a :func:`pg_errors` block).
+
+    A connection that broke (the server restarted, or the network cut it) makes the pool
+    check its idle connections at once, so the calls after this one get working ones instead
+    of each failing on another dead connection.
+    """
+    with errors:
+        try:
+            with pool.connection() as conn:
+                yield conn
+        except psycopg.OperationalError as exc:
+            if not isinstance(exc, PoolTimeout | pg.QueryCanceled):
+                with suppress(psycopg.Error):
+                    pool.check()
+            raise
 
 
 def _primary(exc: psycopg.Error) -> str:

@@ -30,8 +30,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import AbstractContextManager
 from typing import Any
 
 import psycopg
@@ -43,7 +42,7 @@ from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.postgres import queue_sql as q
-from agentkernel.pipeline.postgres.client import conninfo, open_pool, pg_errors
+from agentkernel.pipeline.postgres.client import conninfo, open_pool, pg_errors, pooled
 from agentkernel.pipeline.postgres.schema import establish, query_in
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer, require_block
 
@@ -54,16 +53,14 @@ KEY = "execution.queues.postgres"
 LISTEN_TICK = 0.5
 
 
-@contextmanager
-def _errors(what: str) -> Iterator[None]:
-    with pg_errors(
+def _errors(what: str) -> AbstractContextManager[None]:
+    return pg_errors(
         what,
         unavailable=TransportError,
         failed=TransportError,
         lost=TransportError,
         full=TransportError,
-    ):
-        yield
+    )
 
 
 class PostgresTransport(QueueTransport):
@@ -83,7 +80,7 @@ class PostgresTransport(QueueTransport):
         self.names = {QueueName.INPUT: config.input_queue, QueueName.OUTPUT: config.output_queue}
         self.sql = query_in(config.db_schema)
         self.pool = open_pool(config, KEY)
-        with _errors("check of the schema"), self.pool.connection() as conn:
+        with pooled(self.pool, _errors("check of the schema")) as conn:
             self.epoch = establish(conn, config.db_schema, KEY, config.auto_provision)
         self.wakeups = _Wakeups(conninfo(config, KEY), [self.channel(n) for n in QueueName])
         self._sweeper = threading.Thread(target=self._sweep_forever, name="pg-queue-sweeper")
@@ -112,7 +109,7 @@ class PostgresTransport(QueueTransport):
             "window": self.config.dedup_window,
             "lock": f"{self.config.db_schema}:{name}:{message.group_id}",
         }
-        with _errors(f"send to {name}"), self.pool.connection() as conn, conn.transaction():
+        with pooled(self.pool, _errors(f"send to {name}")) as conn, conn.transaction():
             if message.group_id is not None:
                 conn.execute(q.GROUP_LOCK, args)
             if message.dedup_id and conn.execute(self.sql(q.DEDUP), args).fetchone() is None:
@@ -125,14 +122,14 @@ class PostgresTransport(QueueTransport):
         return PostgresConsumer(self, queue)
 
     def ping(self) -> None:
-        with _errors("ping"), self.pool.connection() as conn:
+        with pooled(self.pool, _errors("ping")) as conn:
             conn.execute("SELECT 1")
 
     def sweep(self) -> int:
         """Apply the retention now (the sweeper thread does it every ``sweep_interval``)."""
         args = {"max_age": self.config.max_age, "dead_age": self.config.dead_letter_retention}
         total = 0
-        with _errors("sweep of the queues"), self.pool.connection() as conn:
+        with pooled(self.pool, _errors("sweep of the queues")) as conn:
             for table, condition in q.SWEEPS:
                 text = f"DELETE FROM {{s}}.{table} WHERE {condition}"
                 total += max(conn.execute(self.sql(text), args).rowcount, 0)
@@ -181,7 +178,7 @@ class PostgresConsumer(TransportConsumer):
     def _claim(self, n: int) -> tuple[list[QueueMessage], float | None]:
         token = uuid.uuid4().hex
         args = {"queue": self._name, "n": n, "token": token, "lease": self.lease_seconds}
-        with _errors(f"fetch from {self._name}"), self._t.pool.connection() as conn:
+        with pooled(self._t.pool, _errors(f"fetch from {self._name}")) as conn:
             rows = conn.execute(self._t.sql(q.CLAIM), args).fetchall()
             if rows:
                 return [self._message(row, token) for row in sorted(rows, key=_id)], None
@@ -205,7 +202,7 @@ class PostgresConsumer(TransportConsumer):
     def _run(self, what: str, text: str, message: QueueMessage, **more: object) -> None:
         row_id, token = message.native
         args = {"id": row_id, "token": token, "channel": self._t.channel(self._queue)} | more
-        with _errors(f"{what} of {row_id} on {self._name}"), self._t.pool.connection() as conn:
+        with pooled(self._t.pool, _errors(f"{what} of {row_id} on {self._name}")) as conn:
             conn.execute(self._t.sql(text), args)
 
     def ack(self, message: QueueMessage) -> None:
@@ -255,6 +252,7 @@ class _Wakeups:
         self._changed = threading.Condition()
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
+        self._failing = False  # one warning per outage, not one per restart of the listener
 
     def generation(self, channel: str) -> int:
         """The notification count of ``channel``; starts the listener when it is not running."""
@@ -278,10 +276,15 @@ class _Wakeups:
                 for channel in self._channels:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
                 self._bump(self._channels)  # anything sent before LISTEN: look again
+                if self._failing:
+                    logger.warning("%s: queue listener is back", KEY)
+                self._failing = False
                 while not self._stopping.is_set():
                     self._bump([n.channel for n in conn.notifies(timeout=LISTEN_TICK)])
         except psycopg.Error as exc:  # fetches still wake when their wait ends; retried then
-            logger.warning("%s: queue listener stopped: %s", KEY, exc)
+            if not self._failing:
+                logger.warning("%s: queue listener stopped: %s", KEY, exc)
+            self._failing = True
             time.sleep(LISTEN_TICK)
 
     def _bump(self, channels: list[str]) -> None:
