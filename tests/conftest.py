@@ -71,6 +71,13 @@ def redis_url() -> str:
 
 
 @pytest.fixture(scope="session")
+def postgres_dsn() -> str:
+    if not servers.port_open(5432):
+        servers.unavailable("no PostgreSQL on 127.0.0.1:5432")
+    return "postgresql://postgres@127.0.0.1:5432/test"
+
+
+@pytest.fixture(scope="session")
 def nats_url() -> str:
     if not servers.port_open(4222):
         servers.unavailable("no NATS on 127.0.0.1:4222")

@@ -11,6 +11,8 @@ OPTIONAL = (
     "nats",
     "confluent_kafka",
     "redis",
+    "psycopg",
+    "psycopg_pool",
     "agents",
     "openai",
     "opentelemetry",

@@ -22,6 +22,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, TypeVar
 
 from agentkernel import __version__, cli_sessions
+from agentkernel import db as db_command
 from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
@@ -325,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="bearer token (JWT) for a server with authentication on (default $AGENTKERNEL_TOKEN)",
     )
     cli_sessions.add_parser(sub)
+    db_command.add_parser(sub)
     return parser
 
 
@@ -345,6 +347,8 @@ def _dispatch(args: argparse.Namespace, sockets: list[socket.socket] | None = No
         return _chat(args)
     if args.command == "sessions":
         return cli_sessions.run(args)
+    if args.command == "db":
+        return db_command.run(args)
     if args.command == "runner":
         _runner(args)
     else:

@@ -49,6 +49,8 @@ from agentkernel.core.config_backends import (
     KafkaQueueConfig,
     NatsQueueConfig,
     OutputQueueSettings,
+    PostgresQueueConfig,
+    PostgresStoreConfig,
     QueuesConfig,
     QueueSettings,
     RedisQueueConfig,
@@ -81,6 +83,8 @@ __all__ = [
     "LimitsConfig",
     "NatsQueueConfig",
     "OutputQueueSettings",
+    "PostgresQueueConfig",
+    "PostgresStoreConfig",
     "QueueSettings",
     "QueuesConfig",
     "RedisQueueConfig",
@@ -197,11 +201,15 @@ class SessionConfig(_Block):
     """``session``: where agents keep per-session state between turns."""
 
     type: str = Field(
-        "in_memory", description="in_memory, redis, dynamodb, or a dotted path to a SessionStore."
+        "in_memory",
+        description="in_memory, redis, dynamodb, postgres, or a dotted path to a SessionStore.",
     )
     ttl: float = Field(604800.0, gt=0, description="Seconds a session's state is kept.")
     redis: RedisStoreConfig | None = Field(None, description="Redis session store settings.")
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB session settings.")
+    postgres: PostgresStoreConfig | None = Field(
+        None, description="PostgreSQL session store settings."
+    )
     adopt_unscoped: list[AdoptionScheme] = Field(
         default_factory=list,
         description="After upgrading to sessions scoped per identity: the identity schemes "
@@ -214,7 +222,7 @@ class SessionConfig(_Block):
     @field_validator("type")
     @classmethod
     def _known_store(cls, kind: str) -> str:
-        return check_kind(kind, ("in_memory", "redis", "dynamodb"), "session store")
+        return check_kind(kind, ("in_memory", "redis", "dynamodb", "postgres"), "session store")
 
 
 class ApiConfig(_Block):

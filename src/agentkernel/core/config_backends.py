@@ -253,13 +253,95 @@ class RedisQueueConfig(Block):
     )
 
 
+class PostgresStoreConfig(Block):
+    """A PostgreSQL database used as a response or session store (``agentkernel[postgres]``)."""
+
+    dsn: str = Field(
+        "postgresql://127.0.0.1:5432/postgres",
+        description="libpq connection string or URL (postgresql://user@host:port/dbname). Put "
+        "the password in PGPASSWORD or a .pgpass file rather than here.",
+    )
+    db_schema: str = Field(
+        "agentkernel",
+        pattern=r"^[a-z_][a-z0-9_]{0,62}$",
+        description="PostgreSQL schema holding the tables (created by 'agentkernel db "
+        "migrate'); lower-case letters, digits and '_'. Stores of one deployment share it.",
+    )
+    pool_size: int = Field(
+        10, ge=1, le=1000, description="Most connections each store opens (plus one listener)."
+    )
+    connect_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Seconds to open a connection or wait for a free one in the pool; an "
+        "unreachable server fails a store call after this long.",
+    )
+    statement_timeout: float = Field(
+        5.0,
+        gt=0,
+        le=300,
+        description="Seconds a statement may run before the server cancels it (and the client "
+        "gives up on a silent connection a little later).",
+    )
+    sweep_interval: float = Field(
+        60.0,
+        gt=0,
+        description="Seconds between two deletions of expired rows by each store's sweeper "
+        "thread. Reads ignore expired rows whatever this is; it bounds only disk use.",
+    )
+    auto_provision: bool = Field(
+        False,
+        description="Create or upgrade the tables at start-up (development). Off, a missing or "
+        "older schema fails start-up with the command to run: 'agentkernel db migrate'.",
+    )
+
+
+class PostgresQueueConfig(PostgresStoreConfig):
+    """PostgreSQL transport: both queues in one table of ``db_schema`` (``agentkernel[postgres]``).
+
+    The connection settings are those of a PostgreSQL store; the tables are created by
+    ``agentkernel db migrate`` with the stores' (or by ``auto_provision`` in development).
+    """
+
+    input_queue: str = Field(
+        "agent-input",
+        min_length=1,
+        max_length=200,
+        description="Name of the INPUT queue inside the table (deployments sharing a schema "
+        "use distinct names).",
+    )
+    output_queue: str = Field(
+        "agent-output", min_length=1, max_length=200, description="Name of the OUTPUT queue."
+    )
+    ack_wait: float = Field(
+        30.0,
+        gt=0,
+        description="Seconds a fetched message stays leased (its lease, extended while the turn "
+        "runs); an unacknowledged one is delivered again after it, with its receive count raised.",
+    )
+    dedup_window: float = Field(
+        300.0, ge=0, description="Seconds during which a repeated dedup_id is dropped at send."
+    )
+    max_age: float = Field(
+        86400.0,
+        gt=0,
+        description="Seconds a message may wait in a queue before the sweeper deletes it.",
+    )
+    dead_letter_retention: float = Field(
+        1209600.0,
+        gt=0,
+        description="Seconds a dead-lettered message is kept in the queue_dead table.",
+    )
+
+
 class QueuesConfig(Block):
     """``execution.queues``: which broker carries the INPUT and OUTPUT queues, and how."""
 
     type: str = Field(
         "in_memory",
-        description="Transport: in_memory, sqs, nats, kafka, redis, or a dotted path to a "
-        "QueueTransport subclass.",
+        description="Transport: in_memory, sqs, nats, kafka, redis, postgres, or a dotted path to "
+        "a QueueTransport subclass.",
     )
     input: InputQueueSettings = Field(
         default_factory=InputQueueSettings, description="The INPUT queue (chat turns)."
@@ -275,12 +357,15 @@ class QueuesConfig(Block):
     @field_validator("type")
     @classmethod
     def _known_transport(cls, kind: str) -> str:
-        return check_kind(kind, ("in_memory", "sqs", "nats", "kafka", "redis"), "transport")
+        return check_kind(
+            kind, ("in_memory", "sqs", "nats", "kafka", "redis", "postgres"), "transport"
+        )
 
     sqs: SQSQueueConfig | None = Field(None, description="SQS transport settings.")
     nats: NatsQueueConfig | None = Field(None, description="NATS JetStream transport settings.")
     kafka: KafkaQueueConfig | None = Field(None, description="Kafka transport settings.")
     redis: RedisQueueConfig | None = Field(None, description="Redis Streams transport settings.")
+    postgres: PostgresQueueConfig | None = Field(None, description="PostgreSQL transport settings.")
 
 
 class RedisStoreConfig(Block):
@@ -327,7 +412,8 @@ class ResponseStoreConfig(Block):
     """``execution.response_store``: where replies wait to be read."""
 
     type: str = Field(
-        "in_memory", description="in_memory, redis, dynamodb, or a dotted path to a ResponseStore."
+        "in_memory",
+        description="in_memory, redis, dynamodb, postgres, or a dotted path to a ResponseStore.",
     )
     ttl: float = Field(
         3600.0,
@@ -341,9 +427,12 @@ class ResponseStoreConfig(Block):
     @field_validator("type")
     @classmethod
     def _known_store(cls, kind: str) -> str:
-        return check_kind(kind, ("in_memory", "redis", "dynamodb"), "response store")
+        return check_kind(kind, ("in_memory", "redis", "dynamodb", "postgres"), "response store")
 
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
+    postgres: PostgresStoreConfig | None = Field(
+        None, description="PostgreSQL response store settings."
+    )
     retry_count: int | None = Field(
         None,
         ge=1,

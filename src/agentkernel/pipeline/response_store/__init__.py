@@ -44,6 +44,12 @@ def create_response_store(config: ResponseStoreConfig) -> ResponseStore:
         with require_extra("dynamodb", "execution.response_store.type: dynamodb"):
             from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
         return DynamoDBResponseStore.from_config(config.dynamodb, ttl=config.ttl)
+    if kind == "postgres":
+        if config.postgres is None:
+            raise AKConfigError(_missing("postgres"))
+        with require_extra("postgres", "execution.response_store.type: postgres"):
+            from agentkernel.pipeline.response_store.postgres import PostgresResponseStore
+        return PostgresResponseStore(config.postgres, ttl=config.ttl)
     if "." not in kind:
         raise AKConfigError(f"execution.response_store.type: unknown store '{kind}'")
     store: ResponseStore = resolve_dotted(kind, ResponseStore, "execution.response_store.type")()

@@ -40,6 +40,14 @@ def create_session_store(config: SessionConfig) -> SessionStore:
         return DynamoDBSessionStore(
             db.table_name or "", config.ttl, db.region_name, db.endpoint_url
         )
+    if config.type == "postgres":
+        if config.postgres is None:
+            raise AKConfigError(
+                "session.postgres: block is required when session.type is 'postgres'"
+            )
+        with require_extra("postgres", "session.type: postgres"):
+            from agentkernel.pipeline.session_store.postgres import PostgresSessionStore
+        return PostgresSessionStore(config.postgres, ttl=config.ttl)
     if "." not in config.type:
         raise AKConfigError(f"session.type: unknown session store '{config.type}'")
     store: SessionStore = resolve_dotted(config.type, SessionStore, "session.type")()

@@ -154,7 +154,14 @@ class QueueTransportFactory:
     factory reads ``execution.queues`` of :class:`AKConfig`.
     """
 
-    _BUILTIN_TYPES: ClassVar[tuple[str, ...]] = ("in_memory", "sqs", "nats", "kafka", "redis")
+    _BUILTIN_TYPES: ClassVar[tuple[str, ...]] = (
+        "in_memory",
+        "sqs",
+        "nats",
+        "kafka",
+        "redis",
+        "postgres",
+    )
 
     @staticmethod
     def _block(
@@ -229,6 +236,11 @@ class QueueTransportFactory:
             with require_extra("redis", "execution.queues.type: redis"):
                 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
             return RedisStreamsTransport.from_config(block)
+        if kind == "postgres":
+            require_block(block, "postgres")
+            with require_extra("postgres", f"{path}.type: postgres"):
+                from agentkernel.pipeline.transport.postgres import PostgresTransport
+            return PostgresTransport.from_config(block)
         if kind in cls._BUILTIN_TYPES or "." not in kind:
             raise AKConfigError(
                 f"execution.queues.type: unknown transport '{kind}'; use one of "
