@@ -13,7 +13,6 @@ from agentkernel.core.config import PostgresQueueConfig
 from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.postgres.schema import migrate
 from agentkernel.pipeline.testing import QueueTransportContract
-from agentkernel.pipeline.testing.foreign import UndecodableCases
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.postgres import PostgresTransport
 
@@ -44,14 +43,6 @@ class TestPostgresTransportContract(QueueTransportContract):
     ack_wait = 1.0
     dedup_window = 2.0
     undecodable_kinds = KINDS
-    # The base suite removes these two cases when it is defined (its own kinds are empty), and
-    # a subclass's kinds do not bring them back: bind them here so they run.
-    test_an_undecodable_message_neither_blocks_nor_returns = (
-        UndecodableCases.test_an_undecodable_message_neither_blocks_nor_returns
-    )
-    test_the_handling_dead_letters_an_undecodable_message_once = (
-        UndecodableCases.test_the_handling_dead_letters_an_undecodable_message_once
-    )
 
     @pytest.fixture(autouse=True)
     def _server(self, queue_schema: tuple[str, str]) -> None:

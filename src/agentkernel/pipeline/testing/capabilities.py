@@ -63,16 +63,28 @@ class Capabilities(UndecodableCases):
 
     def __init_subclass__(cls, **kwargs: object) -> None:
         super().__init_subclass__(**kwargs)
-        for capability, cases in cls._CASES_NEEDING.items():
-            declared = getattr(cls, capability)
-            if declared is False or declared == ():  # None: detected when the case runs
-                for case in cases:
-                    setattr(cls, case, None)  # not collected by pytest
+        off = {
+            case
+            for capability, cases in cls._CASES_NEEDING.items()
+            if getattr(cls, capability) in (False, ())  # None: detected when the case runs
+            for case in cases
+        }
+        for case in {case for cases in cls._CASES_NEEDING.values() for case in cases}:
+            # Set on every class: a case an intermediate class removed comes back for a subclass
+            # that declares its capability on (the suite itself lists no undecodable kinds).
+            setattr(cls, case, None if case in off else _defined(cls, case))
 
     def capable(self, capability: str, consumer: TransportConsumer, method: str) -> bool:
         """Whether an optional capability is on: as declared, else detected from ``method``."""
         declared: bool | None = getattr(self, capability)
         return implements(consumer, method) if declared is None else declared
+
+
+def _defined(cls: type, case: str) -> object:
+    """The nearest definition of ``case`` in ``cls``'s bases that is a test, not a removal."""
+    return next(
+        (vars(klass)[case] for klass in cls.__mro__ if vars(klass).get(case) is not None), None
+    )
 
 
 def implements(consumer: TransportConsumer, name: str) -> bool:
