@@ -95,3 +95,52 @@ def test_a_clean_ctrl_c_of_the_io_in_its_long_polls_logs_no_error(aws: str) -> N
         assert "drain finished; exiting with status 0" in err
     finally:
         deployment.close()
+
+
+def _entry(script: object, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
+    import sys
+
+    return subprocess.run(
+        [sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=60
+    )
+
+
+def test_entry_files_refuse_a_missing_queue_or_table_in_one_line(aws: str) -> None:
+    import os
+
+    import boto3
+
+    from tests.e2e.test_ecs import REST_SERVICE, TEST_RUNNER
+    from tests.transports.test_sqs import create_fifo
+
+    base = {**os.environ, **servers.aws_env(aws)}
+    base.pop("AK_CONFIG_PATH_OVERRIDE", None)
+    output = create_fifo(f"out-{time.monotonic_ns()}", visibility=3)
+    missing = output.replace("/out-", "/never-created-")
+    runner = _entry(
+        TEST_RUNNER,
+        base
+        | {
+            "AK_EXECUTION__QUEUES__INPUT__URL": missing,
+            "AK_EXECUTION__QUEUES__OUTPUT__URL": output,
+        },
+    )
+    table = f"never-created-{time.monotonic_ns()}"
+    boto3.client(
+        "dynamodb", endpoint_url=aws
+    ).list_tables()  # moto answers: only the table is missing
+    io = _entry(
+        REST_SERVICE,
+        base
+        | {
+            "AK_EXECUTION__QUEUES__INPUT__URL": output,
+            "AK_EXECUTION__QUEUES__OUTPUT__URL": output,
+            "AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME": table,
+            "AK_API__PORT": str(servers.free_port()),
+        },
+    )
+    for done, name in ((runner, "never-created-"), (io, table)):
+        errors = [line for line in done.stderr.splitlines() if line.startswith("agentkernel: ")]
+        assert done.returncode == 2, done.stderr
+        assert len(errors) == 1 and name in errors[0], done.stderr
+        assert "Traceback" not in done.stderr

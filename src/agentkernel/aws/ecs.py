@@ -25,6 +25,7 @@ from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.http.app import RouterSource
 from agentkernel.pipeline.process.io_handler import IOHandler
+from agentkernel.pipeline.process.startup import check_backends, one_line_exit
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
@@ -121,7 +122,8 @@ class _FromEnvironment(ECSSQSConsumer):
     def run(cls) -> None:
         """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash)."""
         logs.configure_unless_configured(ecs_config().logging)
-        consumer = cls.from_environment()
+        with one_line_exit():
+            consumer = cls.from_environment()
         tracing.export_if_configured()
         ThreadRunner.install_signal_handlers()
         consumer.consumer_loop().run()  # type: ignore[attr-defined]
@@ -143,7 +145,9 @@ class ECSAgentRunner(_FromEnvironment, AgentRunner):
         """Container entry: consume until SIGTERM, drain, exit 0 (exit 1 after a crash); with
         ``execution.runner.health_port`` set, serve health, readiness and metrics on it."""
         logs.configure_unless_configured(ecs_config().logging)
-        runner = cls.from_environment()
+        with one_line_exit():
+            runner = cls.from_environment()
+            check_backends(runner.transport, (QueueName.INPUT,), {"session_store": runner.sessions})
         ThreadRunner.install_signal_handlers()
         runner.serve()
 
@@ -201,19 +205,20 @@ class ECSIOHandler(IOHandler):
         """
         config = container_api(ecs_config())
         logs.configure_unless_configured(config.logging)
-        if not create_response_store(config.execution.response_store).shared:
-            raise AKConfigError(
-                "execution.response_store.dynamodb.table_name: the IO container needs a shared "
-                "response store (set AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME)"
+        with one_line_exit():
+            if not create_response_store(config.execution.response_store).shared:
+                raise AKConfigError(
+                    "execution.response_store.dynamodb.table_name: the IO container needs a "
+                    "shared response store (set AK_EXECUTION__RESPONSE_STORE__DYNAMODB__TABLE_NAME)"
+                )
+            AKConfig.set(config)
+            handler = cls(
+                config,
+                AgentRegistry.default(),
+                with_runner=with_runner,
+                auth_validator=auth_validator,
+                handlers=handlers or (),
             )
-        AKConfig.set(config)
-        handler = cls(
-            config,
-            AgentRegistry.default(),
-            with_runner=with_runner,
-            auth_validator=auth_validator,
-            handlers=handlers or (),
-        )
-        handler.check_startup()
+            handler.check_startup()
         ThreadRunner.install_signal_handlers()
         handler.serve()
