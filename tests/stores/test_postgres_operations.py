@@ -112,7 +112,7 @@ def test_the_cli_migrates_a_dsn_and_the_stores_of_a_config(
     assert main(["db", "migrate", "--dsn", schemas.dsn, "--schema", first]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        f"--dsn: schema {first} at version {LATEST} (applied 1, 2)",
+        f"--dsn: schema {first} at version {LATEST} (applied 1, 2, 3)",
         f"--dsn: schema {first} at version {LATEST} (nothing to apply)",
     ]
     path = f"{tmp_path}/config.yaml"
@@ -127,8 +127,8 @@ def test_the_cli_migrates_a_dsn_and_the_stores_of_a_config(
         )
     assert main(["db", "migrate", "--config", path]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"execution.queues.postgres: schema {third} at version {LATEST} (applied 1, 2)",
-        f"execution.response_store.postgres: schema {second} at version {LATEST} (applied 1, 2)",
+        f"execution.queues.postgres: schema {third} at version {LATEST} (applied 1, 2, 3)",
+        f"execution.response_store.postgres: schema {second} at version {LATEST} (applied 1, 2, 3)",
     ]
 
 
