@@ -68,7 +68,10 @@ def test_concurrent_migrations_apply_each_version_once(schemas: Schemas) -> None
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert sorted(results) == [[], [], [], list(range(1, LATEST + 1))]
+    # Each migration takes the lock alone, so one run may apply 1 and another 2 and 3: the
+    # promise is that every version is applied once, by one of them.
+    applied = sorted(version for run in results for version in run)
+    assert len(results) == 4 and applied == list(range(1, LATEST + 1))
 
 
 def test_production_refuses_a_missing_schema_in_one_line(schemas: Schemas) -> None:
