@@ -114,7 +114,9 @@ class PostgresSessionStore(SessionStore):
         self, scope: str, limit: int, after: SessionEntry | None = None
     ) -> SessionPage:
         at, key = (_TOP, "") if after is None else (after.active_at, after.key)
-        at = max(-1, min(at, _TOP))  # a bigint; page_of still compares with the cursor's own
+        # Kept a bigint: a larger number is sent as numeric and the index no longer serves the
+        # keyset; page_of still compares every entry with the cursor's own time.
+        at = max(-1, min(at, _TOP))
         args = {"scope": scope, "at": at, "key": key, "limit": limit + 1}
         with self._db.connection(f"listing of the sessions of {scope}") as conn:
             rows = conn.execute(self._db.q(_LIST), args).fetchall()
