@@ -77,10 +77,10 @@ CREATE TABLE {s}.queue_dead (
 CREATE INDEX queue_dead_age ON {s}.queue_dead (dead_at);
 """
 
-# Nullable columns without a default: adding them rewrites no row, so the upgrade is instant on
-# a large table. Rows written before it have NULLs and join the indexes on their next write.
-# The index is partial (rows with a scope only) and sorts session ids by code point ("C"), the
-# order of the listing's opaque cursor.
+# Nullable columns without a default, so adding them rewrites no row; the indexes are partial, so
+# they start empty. Rows written before have NULLs and join the indexes on their next write (no
+# backfill: the erase finds their turns through the ids the session record names). Session ids
+# sort by code point ("C"), the order of the listing's opaque cursor.
 _V3 = """
 ALTER TABLE {s}.sessions ADD COLUMN owner_scope text, ADD COLUMN active_at bigint;
 CREATE INDEX sessions_by_owner ON {s}.sessions (owner_scope, active_at, session_id COLLATE "C")
