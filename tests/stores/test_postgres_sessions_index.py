@@ -36,15 +36,17 @@ def _v1_rows(dsn: str, schema: str, key: str, request_id: str) -> None:
     record = SessionRecord(state={"n": 1}, version=1, committed=(request_id,), owner=OWNER)
     ticket = TurnTicket(request_id, key.partition("/")[2], "fp", OWNER)
     reply = ResponseRecord(request_id, ticket.session_id, 200, {"result": "old"}, OWNER)
-    live = "now() + interval '1 hour'"
-    _sql(dsn, f'INSERT INTO "{schema}".sessions VALUES (%s, 1, %s, {live})', key, record.encode())
-    _sql(dsn, f'INSERT INTO "{schema}".tickets VALUES (%s, %s, %s, {live})', request_id,
-         ticket.to_json(), "token")  # fmt: skip
-    _sql(
-        dsn, f'INSERT INTO "{schema}".replies VALUES (%s, %s, {live})', request_id, reply.to_json()
-    )
-    _sql(dsn, f'INSERT INTO "{schema}".chunks VALUES (%s, 0, %s, {live})', request_id, "{}")
-    _sql(dsn, f'INSERT INTO "{schema}".quota_bytes VALUES (%s, %s, 10, {live})', OWNER, request_id)
+    rows = {
+        "sessions": (key, 1, record.encode()),
+        "tickets": (request_id, ticket.to_json(), "token"),
+        "replies": (request_id, reply.to_json()),
+        "chunks": (request_id, 0, "{}"),
+        "quota_bytes": (OWNER, request_id, 10),
+    }
+    for table, values in rows.items():
+        marks = ", ".join(["%s"] * len(values))
+        live = "now() + interval '1 hour'"
+        _sql(dsn, f'INSERT INTO "{schema}".{table} VALUES ({marks}, {live})', *values)
 
 
 def test_a_schema_at_version_1_upgrades_and_its_old_sessions_list_once_touched(
@@ -106,16 +108,16 @@ def _store(schemas: Schemas) -> PostgresSessionStore:
 
 
 def test_equal_times_page_by_key_in_code_point_order(schemas: Schemas) -> None:
-    store, scope = _store(schemas), uuid.uuid4().hex
+    config, scope = schemas.config(), uuid.uuid4().hex
+    store = PostgresSessionStore(config)
     names = ["a", "B", "é", "z", "~", "Ω", "a b", "😀", "A"]
     keys = [f"{scope}/{n}" for n in names]
     try:
         for key in keys:
             store.save(key, {})
-        schema = store._db.schema
-        _sql(schemas.dsn, f'UPDATE "{schema}".sessions SET active_at = 1000 WHERE owner_scope = %s',
-             scope)  # fmt: skip
-        seen, after = [], None
+        _sql(schemas.dsn, f'UPDATE "{config.db_schema}".sessions SET active_at = 1000')
+        seen: list[str] = []
+        after: SessionEntry | None = None
         for _ in range(len(keys) + 1):
             page = store.list_sessions(scope, 2, after)
             seen += [e.key for e in page.entries]
