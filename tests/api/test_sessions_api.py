@@ -1,7 +1,8 @@
 """The sessions API on a real uvicorn server: list, show and erase, owner-scoped.
 
-Each case runs with sessions and replies in memory, in Redis, and in DynamoDB (moto), with two
-identities (API keys) that must never see, nor erase, each other's sessions.
+Each case runs with sessions and replies in memory, in Redis, in DynamoDB (moto) and in
+PostgreSQL (one schema per test), with two identities (API keys) that must never see, nor erase,
+each other's sessions.
 """
 
 from __future__ import annotations
@@ -15,14 +16,21 @@ from typing import Any
 
 import boto3
 import httpx
+import psycopg
 import pytest
 import redis
+from psycopg import sql
 
 from agentkernel.core.config import AKConfig, AuthConfig, SessionConfig
-from agentkernel.core.config_backends import DynamoDBStoreConfig, RedisStoreConfig
+from agentkernel.core.config_backends import (
+    DynamoDBStoreConfig,
+    PostgresStoreConfig,
+    RedisStoreConfig,
+)
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
+from agentkernel.pipeline.response_store.postgres import PostgresResponseStore
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.scoping import session_key
 from tests.api.conftest import Server, make_config, poll, registry
@@ -34,7 +42,8 @@ SESSIONS = "/api/v1/sessions"
 
 
 class Deployment:
-    """An embedded server whose stores live in memory, Redis or DynamoDB, and their contents."""
+    """An embedded server whose stores live in memory, Redis, DynamoDB or PostgreSQL, and their
+    contents."""
 
     def __init__(self, request: pytest.FixtureRequest, kind: str, auth: bool = True) -> None:
         self.kind, self.prefix, self.tables = kind, f"sess-{uuid.uuid4().hex[:8]}:", ("", "")
@@ -58,6 +67,13 @@ class Deployment:
             config = config.model_copy(
                 update={"session": SessionConfig(type="dynamodb", dynamodb=table)}
             )
+        elif kind == "postgres":
+            self.dsn = request.getfixturevalue("postgres_dsn")
+            self.schema = f"sess_{uuid.uuid4().hex[:12]}"
+            block = PostgresStoreConfig(dsn=self.dsn, db_schema=self.schema, auto_provision=True)
+            store = PostgresResponseStore(block)
+            session = SessionConfig(type="postgres", postgres=block)
+            config = config.model_copy(update={"session": session})
         self.server = Server(IOHandler(config, registry=registry(), store=store, with_runner=True))
 
     @staticmethod
@@ -78,13 +94,37 @@ class Deployment:
                 for item in dynamodb.scan(TableName=table)["Items"]:
                     found.append(json.dumps(item))
             return found
+        if self.kind == "postgres":
+            return self._rows()
         return []
+
+    def _rows(self) -> list[str]:
+        """Every row of every table in the schema, as text, prefixed by its table's name."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            tables = conn.execute(
+                "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+                [self.schema],
+            ).fetchall()
+            found = []
+            for (table,) in tables:
+                name = sql.Identifier(self.schema, str(table))
+                query = sql.SQL("SELECT t::text FROM {} AS t").format(name)
+                found += [f"{table}: {row[0]}" for row in conn.execute(query)]
+            return found
 
     def close(self) -> None:
         self.server.close()
+        if self.kind == "postgres":
+            with psycopg.connect(self.dsn, autocommit=True) as conn:
+                conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(self.schema)))
 
 
-STORES = ["memory", "redis", pytest.param("dynamodb", marks=pytest.mark.aws)]
+STORES = [
+    "memory",
+    "redis",
+    pytest.param("dynamodb", marks=pytest.mark.aws),
+    pytest.param("postgres", marks=pytest.mark.postgres),
+]
 
 
 @pytest.fixture(params=STORES)
@@ -159,7 +199,7 @@ def test_pages_go_through_every_session_once(deployment: Deployment) -> None:
     assert sorted(seen) == names and seen == names[::-1]  # newest first
 
 
-@pytest.mark.parametrize("kind", ["redis", pytest.param("dynamodb", marks=pytest.mark.aws)])
+@pytest.mark.parametrize("kind", STORES[1:])
 def test_an_erased_session_leaves_nothing_in_the_store(
     request: pytest.FixtureRequest, kind: str
 ) -> None:

@@ -68,7 +68,10 @@ def test_concurrent_migrations_apply_each_version_once(schemas: Schemas) -> None
         thread.start()
     for thread in threads:
         thread.join(30)
-    assert sorted(results) == [[], [], [], list(range(1, LATEST + 1))]
+    # Each migration takes the lock alone, so one run may apply 1 and another 2 and 3: the
+    # promise is that every version is applied once, by one of them.
+    applied = sorted(version for run in results for version in run)
+    assert len(results) == 4 and applied == list(range(1, LATEST + 1))
 
 
 def test_production_refuses_a_missing_schema_in_one_line(schemas: Schemas) -> None:
@@ -112,7 +115,7 @@ def test_the_cli_migrates_a_dsn_and_the_stores_of_a_config(
     assert main(["db", "migrate", "--dsn", schemas.dsn, "--schema", first]) == 0
     out = capsys.readouterr().out.splitlines()
     assert out == [
-        f"--dsn: schema {first} at version {LATEST} (applied 1, 2)",
+        f"--dsn: schema {first} at version {LATEST} (applied 1, 2, 3)",
         f"--dsn: schema {first} at version {LATEST} (nothing to apply)",
     ]
     path = f"{tmp_path}/config.yaml"
@@ -127,8 +130,8 @@ def test_the_cli_migrates_a_dsn_and_the_stores_of_a_config(
         )
     assert main(["db", "migrate", "--config", path]) == 0
     assert capsys.readouterr().out.splitlines() == [
-        f"execution.queues.postgres: schema {third} at version {LATEST} (applied 1, 2)",
-        f"execution.response_store.postgres: schema {second} at version {LATEST} (applied 1, 2)",
+        f"execution.queues.postgres: schema {third} at version {LATEST} (applied 1, 2, 3)",
+        f"execution.response_store.postgres: schema {second} at version {LATEST} (applied 1, 2, 3)",
     ]
 
 

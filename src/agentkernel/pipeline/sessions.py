@@ -123,7 +123,7 @@ class SessionsAPI:
         if self.sessions is None:
             raise _unsupported(
                 "this process cannot read the sessions (session.type in_memory lives in the "
-                "runner process); configure a shared session store (redis, dynamodb)"
+                "runner process); configure a shared session store (redis, dynamodb, postgres)"
             )
         if not self.sessions.lists_sessions:
             raise _unsupported(f"{type(self.sessions).__name__} keeps no index of sessions")

@@ -77,10 +77,25 @@ CREATE TABLE {s}.queue_dead (
 CREATE INDEX queue_dead_age ON {s}.queue_dead (dead_at);
 """
 
+# Nullable columns without a default, so adding them rewrites no row; the indexes are partial, so
+# they start empty. Rows written before have NULLs and join the indexes on their next write (no
+# backfill: the erase finds their turns through the ids the session record names). Session ids
+# sort by code point ("C"), the order of the listing's opaque cursor.
+_V3 = """
+ALTER TABLE {s}.sessions ADD COLUMN owner_scope text, ADD COLUMN active_at bigint;
+CREATE INDEX sessions_by_owner ON {s}.sessions (owner_scope, active_at, session_id COLLATE "C")
+    WHERE owner_scope IS NOT NULL;
+ALTER TABLE {s}.tickets ADD COLUMN session_key text;
+CREATE INDEX tickets_by_session ON {s}.tickets (session_key) WHERE session_key IS NOT NULL;
+ALTER TABLE {s}.replies ADD COLUMN session_key text;
+CREATE INDEX replies_by_session ON {s}.replies (session_key) WHERE session_key IS NOT NULL;
+"""
+
 #: The migrations in order: (version, what it does, SQL with ``{s}`` for the schema).
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "response store, session store and quota tables, and the store epoch", _V1),
     (2, "queue transport: messages, dedup ids and dead letters", _V2),
+    (3, "sessions API: each identity's sessions by activity, each session's turns", _V3),
 )
 #: The schema version this release needs.
 LATEST = MIGRATIONS[-1][0]
@@ -108,8 +123,11 @@ def current_version(conn: psycopg.Connection[tuple[object, ...]], schema: str) -
     return int(str(row[0])) if row else 0
 
 
-def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[int]:
-    """Apply the migrations ``schema`` lacks, in order; returns the versions applied.
+def migrate(
+    conn: psycopg.Connection[tuple[object, ...]], schema: str, upto: int = LATEST
+) -> list[int]:
+    """Apply the migrations ``schema`` lacks, in order, up to version ``upto`` (an older one
+    rebuilds what an earlier release deployed); returns the versions applied.
 
     Each migration and its ``schema_version`` row commit together, under a transaction-scoped
     advisory lock on the schema's name, so concurrent runs apply each migration once.
@@ -117,6 +135,8 @@ def migrate(conn: psycopg.Connection[tuple[object, ...]], schema: str) -> list[i
     ident = sql.Identifier(schema)
     applied: list[int] = []
     for version, description, text in MIGRATIONS:
+        if version > upto:
+            break
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(hashtextextended(%s, 0))", [schema])
             conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(ident))

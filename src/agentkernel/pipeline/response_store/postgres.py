@@ -4,7 +4,9 @@ Tables (schema ``db_schema``, created by ``agentkernel db migrate``): ``replies`
 record per request id), ``tickets`` (the ticket of each accepted turn, first one wins),
 ``chunks`` (one row per chunk of a streamed reply), ``meta`` (the epoch and the deployment's
 secret), and the quota tables (:mod:`agentkernel.pipeline.quota.postgres`). Every row carries
-``expires_at``; reads ignore expired rows and a sweeper thread deletes them.
+``expires_at``; reads ignore expired rows and a sweeper thread deletes them. Tickets and replies
+also carry their ``session_key`` (:func:`~agentkernel.pipeline.scoping.session_key`, from
+migration 3 on), the per-session index an erase (:meth:`ResponseStore.forget_session`) follows.
 
 Writing a reply or a chunk also sends ``NOTIFY`` on the channel ``ak:<db_schema>:replies``
 with the request id, in the same statement. One ``LISTEN`` connection per store (on its own
@@ -26,7 +28,7 @@ import secrets
 import threading
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import psycopg
@@ -39,6 +41,7 @@ from agentkernel.pipeline.postgres.client import conninfo
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+from agentkernel.pipeline.scoping import session_key
 
 logger = logging.getLogger(__name__)
 
@@ -53,18 +56,22 @@ KEY = "execution.response_store.postgres"
 _TTL = "now() + make_interval(secs => %(ttl)s)"
 _NOTIFY = "pg_notify(%(channel)s, %(payload)s)"
 _PUT = f"""
-INSERT INTO {{s}}.replies (request_id, doc, expires_at) VALUES (%(id)s, %(doc)s, {_TTL})
-ON CONFLICT (request_id) DO UPDATE SET doc = EXCLUDED.doc, expires_at = EXCLUDED.expires_at
+INSERT INTO {{s}}.replies (request_id, doc, expires_at, session_key)
+VALUES (%(id)s, %(doc)s, {_TTL}, %(key)s)
+ON CONFLICT (request_id) DO UPDATE SET
+  doc = EXCLUDED.doc, expires_at = EXCLUDED.expires_at, session_key = EXCLUDED.session_key
 RETURNING {_NOTIFY}"""
 _GET = "SELECT doc FROM {s}.replies WHERE request_id = %s AND expires_at > now()"
 # The first live ticket wins: an expired one is replaced, a live one kept (its token tells).
 # Nothing is written, and no row returned, when the epoch is not this process's.
 _ACCEPT = f"""
-INSERT INTO {{s}}.tickets (request_id, doc, token, expires_at)
-SELECT %(id)s, %(doc)s, %(token)s, {_TTL} WHERE {EPOCH} = %(epoch)s
+INSERT INTO {{s}}.tickets (request_id, doc, token, expires_at, session_key)
+SELECT %(id)s, %(doc)s, %(token)s, {_TTL}, %(key)s WHERE {EPOCH} = %(epoch)s
 ON CONFLICT (request_id) DO UPDATE SET
   doc = CASE WHEN tickets.expires_at <= now() THEN EXCLUDED.doc ELSE tickets.doc END,
   token = CASE WHEN tickets.expires_at <= now() THEN EXCLUDED.token ELSE tickets.token END,
+  session_key = CASE WHEN tickets.expires_at <= now() THEN EXCLUDED.session_key
+                     ELSE tickets.session_key END,
   expires_at = CASE WHEN tickets.expires_at <= now() THEN EXCLUDED.expires_at
                     ELSE tickets.expires_at END
 RETURNING doc, token"""
@@ -82,6 +89,19 @@ _CHANGED = """
 SELECT EXISTS (SELECT 1 FROM {s}.chunks
                WHERE request_id = %(id)s AND idx > %(seen)s AND expires_at > now())
     OR EXISTS (SELECT 1 FROM {s}.replies WHERE request_id = %(id)s AND expires_at > now())"""
+# A session's turns: every ticket and reply written with its key (migration 3 on), expired or not.
+_SESSION_REQUESTS = """
+SELECT request_id FROM {s}.tickets WHERE session_key = %(key)s
+UNION SELECT request_id FROM {s}.replies WHERE session_key = %(key)s"""
+_ERASE_TURN = """
+WITH t AS (DELETE FROM {s}.tickets WHERE request_id = %(id)s RETURNING 1),
+     r AS (DELETE FROM {s}.replies WHERE request_id = %(id)s RETURNING 1),
+     c AS (DELETE FROM {s}.chunks WHERE request_id = %(id)s RETURNING 1)
+SELECT (SELECT count(*) FROM t) + (SELECT count(*) FROM r) + (SELECT count(*) FROM c)"""
+# The stored-bytes counts of erased turns: keys "<request_id>" and "<request_id>#<chunk>".
+_FORGET_BYTES = """
+DELETE FROM {s}.quota_bytes WHERE owner = %(owner)s
+  AND (key = ANY(%(ids)s) OR substring(key FROM '^(.*)#[0-9]+$') = ANY(%(ids)s))"""
 _SECRET = """
 INSERT INTO {s}.meta (name, value) VALUES ('secret', %s) ON CONFLICT (name) DO NOTHING;
 """
@@ -102,6 +122,7 @@ class PostgresResponseStore(ResponseStore):
     shared = True
     keeps_tickets = True
     pushes = True
+    erases_sessions = True
 
     def __init__(self, config: PostgresStoreConfig, ttl: float = 3600.0) -> None:
         super().__init__(ttl)
@@ -124,7 +145,8 @@ class PostgresResponseStore(ResponseStore):
         return base | {"payload": payload} | more
 
     def put(self, record: ResponseRecord) -> None:
-        args = self._args(record.request_id, record.to_json())
+        key = session_key(record.session_id, record.owner)
+        args = self._args(record.request_id, record.to_json(), key=key)
         with self._db.connection(f"write of {record.request_id}") as conn:
             conn.execute(self._db.q(_PUT), args)
 
@@ -136,7 +158,8 @@ class PostgresResponseStore(ResponseStore):
     def accept(self, ticket: TurnTicket) -> TurnTicket | None:
         what = f"the ticket of {ticket.request_id}"
         epoch, token = self._db.ensure(), uuid.uuid4().hex
-        args = self._args(ticket.request_id, ticket.to_json(), token=token, epoch=epoch)
+        key = session_key(ticket.session_id, ticket.owner)
+        args = self._args(ticket.request_id, ticket.to_json(), token=token, epoch=epoch, key=key)
         with self._db.connection(f"write of {what}") as conn:
             row = conn.execute(self._db.q(_ACCEPT), args).fetchone()
             found = None if row else conn.execute(self._db.q(f"SELECT {EPOCH}")).fetchone()
@@ -197,6 +220,30 @@ class PostgresResponseStore(ResponseStore):
                     conninfo(self._db.config, KEY), self._channel, self._waiters.notify
                 )
             self._listener.start()
+
+    def forget_session(
+        self, session_id: str, owner: str | None, request_ids: Iterable[str] = ()
+    ) -> list[str]:
+        """Erase the session's turns (see the base class) and their stored-bytes counts, which
+        live in this database and would otherwise hold erased replies against the owner."""
+        erased = super().forget_session(session_id, owner, request_ids)
+        if owner is not None and erased:
+            with self._db.connection(f"quota release of session {session_id}") as conn:
+                conn.execute(self._db.q(_FORGET_BYTES), {"owner": owner, "ids": erased})
+        return erased
+
+    def _session_requests(self, key: str) -> list[str]:
+        with self._db.connection(f"read of the turns of session {key}") as conn:
+            rows = conn.execute(self._db.q(_SESSION_REQUESTS), {"key": key}).fetchall()
+        return [str(row[0]) for row in rows]
+
+    def _erase_turn(self, request_id: str) -> bool:
+        with self._db.connection(f"erase of {request_id}") as conn:
+            row = conn.execute(self._db.q(_ERASE_TURN), {"id": request_id}).fetchone()
+        return bool(row and int(str(row[0])) > 0)
+
+    def _forget_requests(self, key: str) -> None:
+        """Nothing to drop: the index is the ``session_key`` of the rows just erased."""
 
     def _new_quota_ledger(self) -> QuotaLedger:
         from agentkernel.pipeline.quota.postgres import PostgresQuotaLedger
