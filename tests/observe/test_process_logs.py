@@ -140,3 +140,20 @@ def test_the_drain_states_true_numbers_and_a_cut_turn_is_told_so(served: list[Se
     assert replies[0].status_code == 503
     assert "while this turn was running" in replies[0].json()["message"]
     assert "before this turn could run" not in err
+
+
+def test_json_access_lines_carry_the_turns_request_and_session(served: list[Served]) -> None:
+    server = Served(env={"AK_LOGGING__FORMAT": "json", "AK_API__ACCESS_LOG": "true"})
+    served.append(server)
+    reply = server.chat("0")
+    assert reply.status_code == 200, reply.text
+    request_id = reply.json()["request_id"]
+    poll = httpx.get(f"{server.url}/api/v1/chat/s1", params={"request_id": request_id})
+    assert poll.status_code == 200, poll.text
+    lines = [json.loads(line) for line in server.interrupt().splitlines()]
+    access = [doc for doc in lines if doc["logger"] == "agentkernel.access"]
+    chat = [doc for doc in access if "/api/v1/chat" in doc["message"]]
+    assert len(chat) == 2, access
+    assert all((d.get("request_id"), d.get("session_id")) == (request_id, "s1") for d in chat)
+    health = [doc for doc in access if '"GET /health"' in doc["message"]]
+    assert health and all("request_id" not in d and "session_id" not in d for d in health)

@@ -16,9 +16,11 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, unquote, urlsplit
 
 from agentkernel.core.redact import printable, redact_queries, redact_query
+from agentkernel.pipeline.chat import CHAT_PATH
+from agentkernel.pipeline.sessions import SESSIONS_PATH
 
 logger = logging.getLogger("agentkernel.access")
 
@@ -63,13 +65,13 @@ class AccessLogMiddleware:
             await self.app(scope, receive, send)
             return
         started = time.perf_counter()
-        seen: dict[str, Any] = {"status": 0, "request_id": ""}
+        seen: dict[str, Any] = {"status": 0, "request_id": "", "session_id": ""}
 
         async def watch(message: Message) -> None:
             kind = message["type"]
             if kind == "http.response.start":
                 seen["status"] = message["status"]
-                seen["request_id"] = _request_id(message.get("headers") or [])
+                seen.update(_turn_ids(message.get("headers") or [], scope))
             elif kind == "websocket.accept":
                 seen["status"] = 101
             elif kind == "websocket.close" and not seen["status"]:
@@ -89,12 +91,12 @@ def _write(scope: Scope, seen: dict[str, Any], elapsed_ms: float) -> None:
     query = scope.get("query_string", b"").decode("latin-1")
     if query:
         target += "?" + redact_query(query)
-    extra = ""
+    tail = ""
     if seen["request_id"]:
-        extra += f" request_id={seen['request_id']}"
+        tail += f" request_id={seen['request_id']}"
     if user := scope.get(SCOPE_USER):
-        extra += f" user={user}"
-    target, extra = printable(target), printable(extra)
+        tail += f" user={user}"
+    target, tail = printable(target), printable(tail)
     logger.info(
         '%s:%s "%s %s" %s %.1fms%s',
         client[0],
@@ -103,15 +105,33 @@ def _write(scope: Scope, seen: dict[str, Any], elapsed_ms: float) -> None:
         target,
         seen["status"] or "-",
         elapsed_ms,
-        extra,
+        tail,
+        # fields of a JSON line (logging.format: json); empty ones are left out
+        extra={"request_id": seen["request_id"], "session_id": seen["session_id"]},
     )
 
 
-def _request_id(headers: list[tuple[bytes, bytes]]) -> str:
+def _turn_ids(headers: list[tuple[bytes, bytes]], scope: Scope) -> dict[str, str]:
+    """The turn's request and session ids, from the answer's ``Location``/``Content-Location``
+    (``/api/v1/chat/<session>?request_id=<id>``), else ``X-Request-Id``, else the request's own
+    path and ``request_id`` query parameter (a poll)."""
+    query = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+    request_id = query.get("request_id", [""])[0]
+    session_id = _session_of(scope.get("path", "")) or query.get("session_id", [""])[0]
     for name, value in headers:
         if name.lower() == b"x-request-id":  # a streamed answer
-            return value.decode("latin-1")
-        if name.lower() in (b"location", b"content-location"):
-            query = parse_qs(urlsplit(value.decode("latin-1")).query)
-            return query.get("request_id", [""])[0]
+            request_id = value.decode("latin-1")
+        elif name.lower() in (b"location", b"content-location"):
+            url = urlsplit(value.decode("latin-1"))
+            request_id = parse_qs(url.query).get("request_id", [""])[0]
+            session_id = _session_of(url.path) or session_id
+            break
+    return {"request_id": request_id, "session_id": session_id}
+
+
+def _session_of(path: str) -> str:
+    """The session id a chat or sessions path names (``""`` for any other path)."""
+    for prefix in (CHAT_PATH + "/", SESSIONS_PATH + "/"):
+        if path.startswith(prefix):
+            return unquote(path[len(prefix) :].split("/", 1)[0])
     return ""
