@@ -279,3 +279,22 @@ def test_an_ack_whose_script_is_gone_is_sent_again(private_redis: PrivateRedis) 
     consumer.ack(one)
     assert [(m.body, m.receive_count) for m in fetch_all(consumer, 1)] == [("two", 1)]
     transport.close()
+
+
+def test_acks_on_a_connection_the_server_closed_are_sent_again(
+    private_redis: PrivateRedis,
+) -> None:
+    transport = RedisStreamsTransport(settings(private_redis.url, ack_wait=30.0))
+    for body in ("one", "two", "three"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="s"))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    (one,) = fetch_all(consumer, 1)
+    consumer.ack(one)  # the acks' connection is open from here on
+    (two,) = fetch_all(consumer, 1)
+    admin = redis.Redis.from_url(private_redis.url)
+    admin.client_kill_filter(_type="normal", skipme=True)  # what a restart does to clients
+    admin.close()
+    consumer.ack(two)  # goes out on the closed connection: its answer never comes
+    got = fetch_all(consumer, 1, timeout=5)  # not after the 30 s lease
+    assert [(m.body, m.receive_count) for m in got] == [("three", 1)]
+    transport.close()
