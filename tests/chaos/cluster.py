@@ -1,4 +1,4 @@
-"""A deployment under test: private Redis (and NATS), an IO process, supervised runners.
+"""A deployment under test: private servers, an IO process, supervised runners.
 
 Every process gets the product's default settings except what a topology cannot do without
 (addresses, unique queue names, ``auto_provision`` in place of an operator creating the queues,
@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from tests import servers
-from tests.chaos.infra import PrivateNats, PrivateRedis
+from tests.chaos.infra import PrivateNats, PrivatePostgres, PrivateRedis, PrivateServer
 from tests.chaos.trace import NatsTrace
 from tests.e2e.deployment import Deployment
 
@@ -76,7 +76,7 @@ class Cluster:
     """One topology's processes and servers, with runner supervision like an orchestrator's.
 
     Args:
-        topology: ``embedded``, ``nats``, ``sqs`` or ``kafka``.
+        topology: ``embedded``, ``nats``, ``sqs``, ``kafka``, ``redis`` or ``postgres``.
         workdir: where logs and server data go.
         runners: runner processes (broker topologies).
         moto_url: the moto server (``sqs``).
@@ -101,13 +101,17 @@ class Cluster:
         self._lock = threading.Lock()
         self._stop = threading.Event()
         self._supervisor = threading.Thread(target=self._supervise, name="supervisor", daemon=True)
-        self.redis = PrivateRedis(workdir / "redis")
         self.nats: PrivateNats | None = None
+        self.postgres: PrivatePostgres | None = None
+        #: Postgres-only runs no Redis: its transport and both stores are in PostgreSQL.
+        self.redis = None if topology == "postgres" else PrivateRedis(workdir / "redis")
         (workdir / "logs").mkdir(parents=True, exist_ok=True)
         self.deployment = Deployment({}, log_dir=workdir / "logs")
         try:
             if topology == "nats":
                 self.nats = PrivateNats(workdir / "nats")
+            if topology == "postgres":
+                self.postgres = PrivatePostgres(workdir / "postgres")
             env = self._env(moto_url, kafka_bootstrap)
         except BaseException:
             self.close()
@@ -117,7 +121,13 @@ class Cluster:
 
     def _env(self, moto_url: str | None, kafka_bootstrap: str | None) -> dict[str, str]:
         tag = self.deployment.tag
+        if self.postgres is not None:
+            self._migrate(self.postgres.dsn)
+            return postgres_env(self.postgres.dsn)
+        assert self.redis is not None
         env = stores_env(self.redis.url, tag)
+        if self.topology == "redis":
+            return env | redis_env(self.redis.url, tag)
         if self.nats is not None:
             return env | nats_env(self.nats.url, tag)
         if self.topology == "sqs" and moto_url is not None:
@@ -128,9 +138,22 @@ class Cluster:
             return env
         raise ValueError(f"topology {self.topology!r} is unknown or lacks its server")
 
+    def _migrate(self, dsn: str) -> None:
+        """Create the tables as an operator's deploy step would (``agentkernel db migrate``)."""
+        migrate = self.deployment.spawn("db", "migrate", "--dsn", dsn)
+        if migrate.wait(60) != 0:
+            raise RuntimeError(f"agentkernel db migrate failed (exit {migrate.returncode})")
+
     @property
     def url(self) -> str:
         return self.deployment.url
+
+    @property
+    def broker(self) -> PrivateServer | None:
+        """The server carrying the queues, when the suite runs it (a broker restart's target)."""
+        return {"nats": self.nats, "redis": self.redis, "postgres": self.postgres}.get(
+            self.topology
+        )
 
     def start(self) -> None:
         """Start the IO process (or the embedded server) and the runners."""
@@ -186,17 +209,19 @@ class Cluster:
         self.deployment.start_io(AGENTS if self.topology == "embedded" else None)
 
     def redis_outage(self, seconds: float) -> None:
+        assert self.redis is not None, "a Redis outage needs the private Redis"
         self.events.fault(f"redis down {seconds:g}s")
         self.redis.stop()
         time.sleep(seconds)
         self.redis.start()
 
     def broker_restart(self, seconds: float) -> None:
-        assert self.nats is not None, "a broker restart needs the private NATS server"
-        self.events.fault(f"nats restart ({seconds:g}s down)")
-        self.nats.stop()
+        broker = self.broker
+        assert broker is not None, f"{self.topology}: no private broker to restart"
+        self.events.fault(f"{broker.name} restart ({seconds:g}s down)")
+        broker.stop()
         time.sleep(seconds)
-        self.nats.start()
+        broker.start()
 
     def _terminate(self, proc: subprocess.Popen[str], role: str) -> None:
         started = time.monotonic()
@@ -243,9 +268,12 @@ class Cluster:
         if self._supervisor.is_alive():
             self._supervisor.join(5)
         self.deployment.close()
-        self.redis.stop()
+        if self.redis is not None:
+            self.redis.stop()
         if self.nats is not None:
             self.nats.stop()
+        if self.postgres is not None:
+            self.postgres.close()
 
 
 def stores_env(redis_url: str, tag: str) -> dict[str, str]:
@@ -257,6 +285,28 @@ def stores_env(redis_url: str, tag: str) -> dict[str, str]:
         "AK_SESSION__REDIS__URL": redis_url,
         "AK_SESSION__REDIS__PREFIX": f"chaos:{tag}:",
     }
+
+
+def redis_env(url: str, tag: str) -> dict[str, str]:
+    """Redis only: the queues on the stores' server (consumer groups made by ``auto_provision``)."""
+    return {
+        "AK_EXECUTION__QUEUES__TYPE": "redis",
+        "AK_EXECUTION__QUEUES__REDIS__URL": url,
+        "AK_EXECUTION__QUEUES__REDIS__PREFIX": f"chaos:{tag}:q:",
+        "AK_EXECUTION__QUEUES__REDIS__AUTO_PROVISION": "true",
+    }
+
+
+def postgres_env(dsn: str) -> dict[str, str]:
+    """Postgres only: the queues and both stores in the default schema, migrated beforehand."""
+    env = {
+        "AK_EXECUTION__QUEUES__TYPE": "postgres",
+        "AK_EXECUTION__RESPONSE_STORE__TYPE": "postgres",
+        "AK_SESSION__TYPE": "postgres",
+    }
+    for block in ("EXECUTION__QUEUES", "EXECUTION__RESPONSE_STORE", "SESSION"):
+        env[f"AK_{block}__POSTGRES__DSN"] = dsn
+    return env
 
 
 def nats_env(url: str, tag: str) -> dict[str, str]:

@@ -1,13 +1,16 @@
-"""Private servers a scenario can stop and start: Redis and NATS on ports of their own.
+"""Private servers a scenario can stop and start: Redis, NATS and PostgreSQL on ports of their own.
 
-Both keep their data on disk across a restart (Redis: append-only file synced on every write;
-NATS: JetStream file store), so an outage makes them unreachable without wiping them.
+Each keeps its data on disk across a restart (Redis: append-only file synced on every write;
+NATS: JetStream file store; PostgreSQL: its data directory, fsync on), so an outage makes them
+unreachable without wiping them.
 """
 
 from __future__ import annotations
 
+import os
 import shutil
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
@@ -108,3 +111,85 @@ class EphemeralRedis(PrivateRedis):
     def command(self) -> list[str]:
         durable = super().command()
         return [*durable[: durable.index("--save")], "--save", "", "--appendonly", "no"]
+
+
+class PrivatePostgres(PrivateServer):
+    """A PostgreSQL cluster of its own (``initdb``), trust auth on 127.0.0.1, durable defaults.
+
+    PostgreSQL refuses to run as root, so as root every server command runs as the ``postgres``
+    user. Its data directory is one that user owns outside ``directory``: pytest's temporary
+    directories are private to their owner, so that user could not reach one inside. Its log is
+    copied into ``directory`` when it is closed, and the data directory deleted.
+    """
+
+    name = "postgres"
+    #: Connections: each process opens a pool per component (10 each at most) and two listening
+    #: connections; the walkthrough's sizing for five processes and a replacement or two.
+    MAX_CONNECTIONS = 300
+
+    def __init__(self, directory: Path) -> None:
+        self.bin = _postgres_bin()
+        self.home = Path(tempfile.mkdtemp(prefix="ak-chaos-pg-"))
+        self.data = self.home / "data"
+        if os.geteuid() == 0:
+            shutil.chown(self.home, "postgres", "postgres")
+        self._pg("initdb", "-D", str(self.data), "-U", "postgres", "--auth=trust", "--no-sync")
+        super().__init__(directory)
+
+    def _pg(self, tool: str, *args: str, check: bool = True) -> int:
+        as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        log = (self.home / "tools.log").open("a")
+        try:
+            done = subprocess.run(
+                [*as_owner, str(self.bin / tool), *args],
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                timeout=START_TIMEOUT + 5,
+                check=check,
+            )
+        finally:
+            log.close()
+        return done.returncode
+
+    def start(self) -> None:
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 -c unix_socket_directories={self.home} "
+            f"-c max_connections={self.MAX_CONNECTIONS}"
+        )
+        log = str(self.home / "postgres.log")
+        timeout = str(int(START_TIMEOUT))
+        data = str(self.data)
+        self._pg("pg_ctl", "-D", data, "-l", log, "-o", options, "-w", "-t", timeout, "start")
+
+    def stop(self) -> None:
+        """Fast shutdown: open sessions are ended, the data is kept (``pg_ctl stop -m fast``)."""
+        if (self.data / "postmaster.pid").exists():
+            self._pg("pg_ctl", "-D", str(self.data), "-m", "fast", "-w", "stop", check=False)
+
+    def close(self) -> None:
+        """Stop the server, keep its log in ``directory``, delete its data."""
+        self.stop()
+        for log in ("postgres.log", "tools.log"):
+            if (self.home / log).exists():
+                shutil.copy(self.home / log, self.dir / log)
+        shutil.rmtree(self.home, ignore_errors=True)
+
+    @property
+    def dsn(self) -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+
+def _postgres_bin() -> Path:
+    """The directory of ``initdb`` and ``pg_ctl`` (Debian keeps them off ``PATH``)."""
+    found = shutil.which("initdb") or shutil.which("pg_ctl")
+    if found is not None:
+        return Path(found).resolve().parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=_major)
+    if not versions:
+        servers.unavailable("no initdb/pg_ctl to start a private PostgreSQL")
+    return versions[-1].parent
+
+
+def _major(initdb: Path) -> int:
+    version = initdb.parent.parent.name
+    return int(version) if version.isdigit() else 0

@@ -74,7 +74,8 @@ def sigterm_io(cluster: Cluster, stop: threading.Event) -> None:
 
 
 def broker_restart(cluster: Cluster, stop: threading.Event) -> None:
-    """The NATS server (file store) stops, stays down 2 s, and starts again."""
+    """The broker (NATS file store, Redis append-only file, PostgreSQL) stops, stays down 2 s,
+    and starts again with its data."""
     if not stop.wait(2.5):
         cluster.broker_restart(2.0)
 
@@ -105,6 +106,10 @@ TOPOLOGIES: dict[str, list[str]] = {
     "nats": ["kill9", "sigterm-runners", "sigterm-io", "broker-restart", "redis-outage", "poison"],
     "sqs": ["kill9", "sigterm-runners", "sigterm-io", "redis-outage", "poison"],
     "kafka": ["kill9", "sigterm-runners", "sigterm-io", "redis-outage", "poison"],
+    # One server carries the queues and both stores, so a Redis outage is the broker restart
+    # (Redis only), or has no Redis to stop (Postgres only): no redis-outage scenario.
+    "redis": ["kill9", "sigterm-runners", "sigterm-io", "broker-restart", "poison"],
+    "postgres": ["kill9", "sigterm-runners", "sigterm-io", "broker-restart", "poison"],
 }
 #: sessions x turns per topology, scaled down from 100 x 10 to keep the suite under 10 minutes
 #: on two cores; moto serves ~60-90 calls/s, so SQS runs a smaller load still.
@@ -113,6 +118,9 @@ LOAD: dict[str, tuple[int, int]] = {
     "nats": (30, 10),
     "sqs": (15, 10),
     "kafka": (30, 10),
+    # Smaller: ten more scenarios in about six minutes (each session still meets every fault).
+    "redis": (10, 8),
+    "postgres": (10, 8),
 }
 
 

@@ -21,6 +21,8 @@ MARKS = {
     "nats": [pytest.mark.nats],
     "sqs": [pytest.mark.aws],
     "kafka": [pytest.mark.kafka],
+    "redis": [],
+    "postgres": [pytest.mark.postgres],
 }
 CASES = [
     pytest.param(topology, scenario, id=f"{topology}-{scenario}", marks=MARKS[topology])

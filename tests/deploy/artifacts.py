@@ -27,7 +27,7 @@ SERVERLESS = TERRAFORM / "serverless"
 MODULES = SERVERLESS / "modules"
 ECS = TERRAFORM / "ecs"
 K8S = DEPLOY / "k8s"
-OVERLAYS = ("nats", "kafka", "sqs")
+OVERLAYS = ("nats", "kafka", "sqs", "redis", "postgres")
 DOCKERFILE = DEPLOY / "docker" / "Dockerfile"
 
 _HCL = SerializationOptions(with_comments=False, explicit_blocks=False, strip_string_quotes=True)

@@ -45,7 +45,8 @@ def kubernetes_variables() -> dict[str, str]:
         for deployment in a.objects(overlay, "Deployment").values():
             for container in deployment["spec"]["template"]["spec"]["containers"]:
                 for env in container.get("env", []):
-                    found[env["name"]] = str(env.get("value", ""))
+                    if env["name"].startswith("AK_"):  # not libpq's PGPASSWORD, say
+                        found[env["name"]] = str(env.get("value", ""))
     return found
 
 
@@ -129,5 +130,5 @@ def test_overlay_config_files_load_and_select_the_overlays_broker(tmp_path) -> N
         path.write_text(a.overlay_config_text(overlay))
         config = AKConfig.load(path)
         assert config.execution.queues.type == overlay
-        assert config.execution.response_store.type in {"redis", "dynamodb"}
+        assert config.execution.response_store.type in {"redis", "dynamodb", "postgres"}
         assert config.session.type == config.execution.response_store.type

@@ -76,7 +76,7 @@ def test_io_probes_use_the_apis_health_and_ready_routes(overlay: str, tmp_path) 
     assert container["livenessProbe"]["httpGet"]["path"] == "/health"
     assert container["readinessProbe"]["httpGet"]["path"] == "/ready"
     port = {p["name"]: p["containerPort"] for p in container["ports"]}["http"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert int(env["AK_API__PORT"]) == port
     policy = a.objects(overlay, "NetworkPolicy")["agentkernel-io"]
     assert policy["spec"]["ingress"][0]["ports"][0]["port"] == port
@@ -221,7 +221,7 @@ def test_runner_probes_use_its_health_port(overlay: str) -> None:
     runner = a.objects(overlay, "Deployment")["agentkernel-runner"]["spec"]["template"]
     container = runner["spec"]["containers"][0]
     port = {p["name"]: p["containerPort"] for p in container["ports"]}["health"]
-    env = {e["name"]: e["value"] for e in container["env"]}
+    env = {e["name"]: e.get("value") for e in container["env"]}
     assert int(env["AK_EXECUTION__RUNNER__HEALTH_PORT"]) == port
     assert env["AK_EXECUTION__RUNNER__HEALTH_HOST"] == "0.0.0.0"
     for probe in ("startupProbe", "livenessProbe"):
@@ -229,3 +229,77 @@ def test_runner_probes_use_its_health_port(overlay: str) -> None:
     assert runner["metadata"]["annotations"]["prometheus.io/port"] == str(port)
     policy = a.objects(overlay, "NetworkPolicy")["agentkernel-runner"]
     assert policy["spec"]["ingress"][0]["ports"][0]["port"] == port
+
+
+def containers(overlay: str) -> dict[str, list[dict]]:
+    """Every container (init containers first) of each Deployment, by Deployment name."""
+    found = {}
+    for name, deployment in a.objects(overlay, "Deployment").items():
+        spec = deployment["spec"]["template"]["spec"]
+        found[name] = [*spec.get("initContainers", []), *spec["containers"]]
+    return found
+
+
+def secret_refs(container: dict) -> dict[str, tuple[str, str]]:
+    """The container's variables taken from a Secret: name -> (secret, key)."""
+    return {
+        e["name"]: (e["valueFrom"]["secretKeyRef"]["name"], e["valueFrom"]["secretKeyRef"]["key"])
+        for e in container.get("env", [])
+        if "secretKeyRef" in e.get("valueFrom", {})
+    }
+
+
+def test_redis_trigger_watches_the_input_ready_stream(tmp_path) -> None:
+    from agentkernel.pipeline.transport.redis.keys import QueueKeys
+
+    redis = config("redis", tmp_path).execution.queues.redis
+    assert redis is not None and redis.auto_provision is False
+    (trigger,) = triggers("redis")
+    assert trigger["type"] == "redis-streams"
+    meta = trigger["metadata"]
+    assert meta["stream"] == QueueKeys.of(redis.prefix, "input").ready
+    assert meta["consumerGroup"] == redis.group
+    assert meta["address"] == redis.url.split("//", 1)[1].split("/", 1)[0]
+    auth = a.objects("redis", "TriggerAuthentication")[trigger["authenticationRef"]["name"]]
+    assert auth["spec"]["secretTargetRef"][0]["name"] == "agentkernel-redis"
+
+
+def test_redis_only_pods_take_every_url_from_the_secret(tmp_path) -> None:
+    cfg = config("redis", tmp_path)
+    store, session = cfg.execution.response_store.redis, cfg.session.redis
+    assert cfg.execution.queues.type == "redis" and store is not None and session is not None
+    urls = {"AK_EXECUTION__QUEUES__REDIS__URL", "AK_EXECUTION__RESPONSE_STORE__REDIS__URL"}
+    urls.add("AK_SESSION__REDIS__URL")
+    for (container,) in containers("redis").values():
+        refs = secret_refs(container)
+        assert {v: refs.get(v) for v in urls} == dict.fromkeys(urls, ("agentkernel-redis", "url"))
+    assert "@" not in a.overlay_config_text("redis")  # no password in the ConfigMap
+
+
+def test_postgres_pods_migrate_first_with_the_password_from_the_secret(tmp_path) -> None:
+    cfg = config("postgres", tmp_path)
+    blocks = [cfg.execution.queues.postgres, cfg.execution.response_store.postgres]
+    blocks.append(cfg.session.postgres)
+    assert all(b is not None and b.auto_provision is False for b in blocks)
+    assert "@" in blocks[0].dsn and ":" not in blocks[0].dsn.split("//")[1].split("@")[0]
+    mount = "/etc/agentkernel/config.yaml"
+    for name, (migrate, process) in containers("postgres").items():
+        assert migrate["command"] == ["agentkernel", "db", "migrate", "--config", mount], name
+        assert migrate["image"] == process["image"]
+        for container in (migrate, process):
+            assert secret_refs(container) == {"PGPASSWORD": ("agentkernel-postgres", "password")}
+            assert container["securityContext"]["readOnlyRootFilesystem"] is True
+
+
+def test_postgres_trigger_counts_the_input_queue(tmp_path) -> None:
+    pg = config("postgres", tmp_path).execution.queues.postgres
+    assert pg is not None
+    (trigger,) = triggers("postgres")
+    assert trigger["type"] == "postgresql"
+    meta = trigger["metadata"]
+    assert f"FROM {pg.db_schema}.queue_messages" in meta["query"]
+    assert f"queue = '{pg.input_queue}'" in meta["query"]
+    assert f"@{meta['host']}:{meta['port']}/{meta['dbName']}" in pg.dsn
+    assert pg.dsn.split("//")[1].startswith(f"{meta['userName']}@")
+    auth = a.objects("postgres", "TriggerAuthentication")[trigger["authenticationRef"]["name"]]
+    assert auth["spec"]["secretTargetRef"][0]["name"] == "agentkernel-postgres"

@@ -115,17 +115,22 @@ def test_foreign_tokens_are_dropped_without_stopping_the_fetch(
 class PrivateRedis:
     """A redis-server of the test's own, without persistence, so it can be stopped."""
 
-    def __init__(self) -> None:
+    def __init__(self, durable_dir: Path | None = None) -> None:
         binary = shutil.which("redis-server")
         if binary is None:
             servers.unavailable("no redis-server binary to start a private server")
         self.binary, self.port = str(binary), servers.free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None
+        # with a directory: an append-only file synced on every write, kept across a kill
+        self.persistence = ["no"]
+        if durable_dir is not None:
+            self.persistence = ["yes", "--appendfsync", "always", "--dir", str(durable_dir)]
 
     def start(self) -> None:
         args = ["--bind", "127.0.0.1", "--port", str(self.port), "--save", "", "--appendonly"]
-        self.proc = subprocess.Popen([self.binary, *args, "no"], stdout=subprocess.DEVNULL)
+        command = [self.binary, *args, *self.persistence]
+        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL)
         deadline = time.monotonic() + 15
         while not servers.port_open(self.port):
             assert time.monotonic() < deadline and self.proc.poll() is None, "redis died"
@@ -279,3 +284,41 @@ def test_an_ack_whose_script_is_gone_is_sent_again(private_redis: PrivateRedis) 
     consumer.ack(one)
     assert [(m.body, m.receive_count) for m in fetch_all(consumer, 1)] == [("two", 1)]
     transport.close()
+
+
+def test_acks_on_a_connection_the_server_closed_are_sent_again(
+    private_redis: PrivateRedis,
+) -> None:
+    transport = RedisStreamsTransport(settings(private_redis.url, ack_wait=30.0))
+    for body in ("one", "two", "three"):
+        transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="s"))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    (one,) = fetch_all(consumer, 1)
+    consumer.ack(one)  # the acks' connection is open from here on
+    (two,) = fetch_all(consumer, 1)
+    admin = redis.Redis.from_url(private_redis.url)
+    admin.client_kill_filter(_type="normal", skipme=True)  # what a restart does to clients
+    admin.close()
+    consumer.ack(two)  # goes out on the closed connection: its answer never comes
+    got = fetch_all(consumer, 1, timeout=5)  # not after the 30 s lease
+    assert [(m.body, m.receive_count) for m in got] == [("three", 1)]
+    transport.close()
+
+
+def test_a_nack_redis_was_away_for_is_sent_again_by_the_next_fetch(tmp_path: Path) -> None:
+    server = PrivateRedis(durable_dir=tmp_path)
+    server.start()
+    try:
+        transport = RedisStreamsTransport(settings(server.url, ack_wait=30.0))
+        transport.send(QueueName.INPUT, QueueMessage(body="turn", group_id="s"))
+        consumer = transport.create_consumer(QueueName.INPUT)
+        (turn,) = fetch_all(consumer, 1)
+        server.stop()  # the turn failed and Redis is away: the nack cannot be sent
+        with pytest.raises(TransportError):
+            consumer.nack(turn)
+        server.start()  # with its data
+        got = fetch_all(consumer, 1, timeout=5)  # not after the 30 s lease
+        assert [(m.body, m.receive_count) for m in got] == [("turn", 2)]
+        transport.close()
+    finally:
+        server.stop()

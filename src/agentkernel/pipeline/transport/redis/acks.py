@@ -4,8 +4,12 @@ Redis runs a command as soon as it arrives, so an ack takes effect (and hands it
 without the sender waiting for the reply. ``send`` writes the ack's script call and returns;
 the replies are read later: those already in when the next ack goes out, and all of them before
 the consumer's next fetch (:meth:`settle`), so a fetch never starts before the acks its thread
-sent have run. Acks of one batch then share a round trip, as in the NATS transport. A failed
-reply is logged and its message comes again after its lease, like an ack lost on the wire.
+sent have run. Acks of one batch then share a round trip, as in the NATS transport.
+
+A connection that breaks with acks unanswered (Redis restarted, say: the first ack after it
+goes out on the closed connection) may have lost them, so they are sent again on a fresh one and
+waited for. That is safe: an ack names the delivery it settles, and does nothing once it has run.
+Only an ack that fails again is logged and left to come back after its lease.
 """
 
 from __future__ import annotations
@@ -49,10 +53,17 @@ class PipelinedAcks:
             with stream_errors(what):
                 if self._conn is None:
                     self._conn = self._pool.get_connection()
-                self._conn.send_command(
-                    "EVALSHA", self._script.sha, len(keys), *keys, *args, check_health=False
-                )
+                try:
+                    self._write(keys, args)
+                except (redis.ConnectionError, redis.TimeoutError) as exc:
+                    self._lost(what, exc)
+                    self._write(keys, args)  # once more, on a new connection
             self._sent.append((keys, args, what))
+
+    def _write(self, keys: list[Any], args: list[Any]) -> None:
+        self._conn.send_command(
+            "EVALSHA", self._script.sha, len(keys), *keys, *args, check_health=False
+        )
 
     def settle(self) -> None:
         """Read every reply still due (their acks have run once this returns)."""
@@ -69,15 +80,19 @@ class PipelinedAcks:
 
     def _read(self, wait: bool) -> None:
         while self._sent and (wait or self._readable()):
-            keys, args, what = self._sent.popleft()
+            keys, args, what = self._sent[0]
             try:
                 self._conn.read_response()
             except redis.exceptions.NoScriptError:
+                self._sent.popleft()
                 self._again(keys, args, what)
             except redis.ResponseError as exc:
+                self._sent.popleft()
                 logger.warning("%s failed: %s; it comes again after its lease", what, exc)
             except (redis.ConnectionError, redis.TimeoutError) as exc:
                 self._lost(what, exc)
+            else:
+                self._sent.popleft()
 
     def _readable(self) -> bool:
         try:
@@ -87,21 +102,25 @@ class PipelinedAcks:
             return False
 
     def _again(self, keys: list[Any], args: list[Any], what: str) -> None:
-        """Send an ack that found its script gone once more, waiting for it (loads it)."""
+        """Send an ack once more through the client's pool, waiting for it (loads the script
+        when it is gone)."""
         try:
             with stream_errors(what):
                 self._script(keys, args)
         except Exception as exc:  # the message comes again after its lease
-            logger.warning("%s failed: %s", what, exc)
+            logger.warning("%s failed: %s; it comes again after its lease", what, exc)
 
     def _lost(self, what: str, exc: Exception) -> None:
-        """The connection broke: the acks still unanswered may not have run."""
-        logger.warning(
-            "%s: connection lost (%s); %s unconfirmed acks come again after their lease",
-            what,
-            exc,
-            len(self._sent) + 1,
-        )
+        """The connection broke: the acks still unanswered may not have run; send them again."""
+        unconfirmed = list(self._sent)
         self._sent.clear()
         if self._conn is not None:
-            self._conn.disconnect()
+            self._conn.disconnect()  # the next send connects again
+        logger.info(
+            "%s: connection lost (%s); sending %s unconfirmed acks again",
+            what,
+            exc,
+            len(unconfirmed),
+        )
+        for keys, args, name in unconfirmed:
+            self._again(keys, args, name)

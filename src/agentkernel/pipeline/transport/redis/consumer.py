@@ -3,6 +3,10 @@
 See :mod:`agentkernel.pipeline.transport.redis` for the design. Every settling call (``ack``,
 ``nack``, ``nack_later``, ``dead_letter``, ``extend_lease``) is one script that first checks
 that this consumer still holds the delivery the handle names, so a stale handle does nothing.
+
+A nack Redis could not be reached for (a restart, say) still raises, and is kept: the consumer's
+next fetch sends it again, so the message comes back as soon as Redis does, not one lease later.
+Sending it late is safe for the same reason (a delivery settled or claimed since is left alone).
 """
 
 from __future__ import annotations
@@ -15,7 +19,9 @@ import time
 import uuid
 from typing import TYPE_CHECKING, Any
 
-from agentkernel.core.errors import TransportClosedError
+import redis
+
+from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.redis.acks import PipelinedAcks
@@ -47,6 +53,9 @@ class RedisStreamsConsumer(TransportConsumer):
         self._cursor = b"0-0"
         self._closed = threading.Event()
         self._acks = PipelinedAcks(self._client, self._scripts["ACK"])
+        #: Nacks Redis could not be reached for: (message, idle ms, what, give up at monotonic).
+        self._unsent_nacks: list[tuple[QueueMessage, int, str, float]] = []
+        self._nacks_lock = threading.Lock()
         with stream_errors(f"join of {keys.ready}"):
             self._client.xgroup_createconsumer(keys.ready, self._group, self.name)
 
@@ -63,6 +72,7 @@ class RedisStreamsConsumer(TransportConsumer):
             if batch_size < 1:
                 return []
             self._acks.settle()  # the acks sent so far have run: their sessions are handed on
+            self._resend_nacks()
             got = self._claim_and_read(batch_size)
             left = deadline - time.monotonic()
             if got or left <= 0:
@@ -137,14 +147,39 @@ class RedisStreamsConsumer(TransportConsumer):
             self._scripts["DEAD_LETTER"](keys, [*self._owner(handle), *args])
 
     def nack(self, message: QueueMessage) -> None:
-        self._set_idle(message, self._lease_ms, "nack")
+        self._nack(message, self._lease_ms, "nack")
 
     def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
         delay_ms = int(delay_seconds * 1000)
         if delay_ms > self._lease_ms:
             return False  # Redis takes no delivery time in the future: the caller holds it
-        self._set_idle(message, self._lease_ms - delay_ms, "delayed nack")
+        self._nack(message, self._lease_ms - delay_ms, "delayed nack")
         return True
+
+    def _nack(self, message: QueueMessage, idle_ms: int, what: str) -> None:
+        """A nack; kept for the next fetch when Redis cannot be reached (then raised)."""
+        try:
+            self._set_idle(message, idle_ms, what)
+        except TransportError as exc:
+            if isinstance(exc.__cause__, (redis.ConnectionError, redis.TimeoutError)):
+                expires = time.monotonic() + self._settings.ack_wait  # then claimable anyway
+                with self._nacks_lock:
+                    self._unsent_nacks.append((message, idle_ms, what, expires))
+            raise
+
+    def _resend_nacks(self) -> None:
+        with self._nacks_lock:
+            due, self._unsent_nacks = self._unsent_nacks, []
+        for i, (message, idle_ms, what, expires) in enumerate(due):
+            if time.monotonic() >= expires:
+                continue
+            try:
+                self._set_idle(message, idle_ms, what)
+            except TransportError:  # Redis still away: the rest waits for the next fetch
+                with self._nacks_lock:
+                    self._unsent_nacks[:0] = due[i:]
+                return
+            logger.info("%s of %s sent again: Redis is back", what, message.message_id)
 
     def extend_lease(self, message: QueueMessage) -> None:
         self._set_idle(message, 0, "lease extension")
