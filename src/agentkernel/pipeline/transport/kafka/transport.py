@@ -59,6 +59,8 @@ class KafkaTransport(QueueTransport):
         self._lock = threading.Lock()
         with kafka_errors("admin client", key=_CLIENT_KEY):
             self._admin = AdminClient(self._conf())
+        if bookkeeping is None:
+            require_shared(settings)  # a configuration error, before any connection
         metadata = self._metadata()  # one round trip: unreachable fails here, once
         self._owns_bookkeeping = bookkeeping is None
         if bookkeeping is None:
