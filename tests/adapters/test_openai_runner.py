@@ -6,9 +6,10 @@ from __future__ import annotations
 from collections.abc import AsyncIterator, Iterator
 from typing import Any
 
+import httpx
 import pytest
 from agents import Agent, OpenAIResponsesModel
-from openai import AsyncOpenAI
+from openai import AsyncOpenAI, DefaultAsyncHttpxClient
 
 from agentkernel import AgentRegistry, Turn
 from agentkernel.openai import OpenAIAgent, OpenAIModule, OpenAIRunner
@@ -38,7 +39,11 @@ class TracedRunner(OpenAIRunner):
 def sdk_agents() -> list[Agent[Any]]:
     # A client of the test's own: the SDK's process-wide default one would outlive the test's
     # event loop (see tests/aws/test_lambda_warm.py).
-    model = OpenAIResponsesModel(model="fake-model", openai_client=AsyncOpenAI())
+    # No kept-alive connections: the client is never closed (its loop ends with the server), so
+    # a pooled socket would be collected unclosed during a later test (a ResourceWarning).
+    no_pool = DefaultAsyncHttpxClient(limits=httpx.Limits(max_keepalive_connections=0))
+    client = AsyncOpenAI(http_client=no_pool)
+    model = OpenAIResponsesModel(model="fake-model", openai_client=client)
     billing = Agent(name="billing", instructions="Billing agent. Invoices.", model=model)
     triage = Agent(name="triage", instructions="Triage. Route.", handoffs=[billing], model=model)
     return [triage, billing]
