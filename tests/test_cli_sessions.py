@@ -89,3 +89,15 @@ def test_bad_arguments_and_no_server(capsys: pytest.CaptureFixture[str]) -> None
     url = f"http://127.0.0.1:{free_port()}"
     assert main(["sessions", "delete", "s", "--url", url, "--timeout", "2"]) == 1
     assert "cannot reach the server" in capsys.readouterr().err
+
+
+def test_sessions_take_the_server_url_from_the_environment_and_check_it(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from agentkernel.cli import build_parser
+
+    monkeypatch.setenv("AGENTKERNEL_URL", "http://agents.internal:9000")
+    assert build_parser().parse_args(["sessions", "list"]).url == "http://agents.internal:9000"
+    with pytest.raises(SystemExit) as refused:  # as for chat: a usage error, exit 2
+        build_parser().parse_args(["sessions", "list", "--url", "ftp://x"])
+    assert refused.value.code == 2

@@ -15,7 +15,6 @@ from __future__ import annotations
 import argparse
 import errno
 import logging
-import os
 import socket
 import sys
 from collections.abc import Callable
@@ -23,6 +22,7 @@ from typing import TYPE_CHECKING, TypeVar
 
 from agentkernel import __version__, cli_sessions
 from agentkernel import db as db_command
+from agentkernel.cli_server import add_server_options
 from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.config import AKConfig
@@ -38,8 +38,6 @@ __all__ = ["StartupError", "build_parser", "load_agents", "main"]
 _T = TypeVar("_T")
 
 #: The variable ``agentkernel chat`` reads the server's URL from when ``--url`` is not given.
-URL_ENV = "AGENTKERNEL_URL"
-DEFAULT_URL = "http://127.0.0.1:8000"
 
 
 class StartupError(Exception):
@@ -249,26 +247,6 @@ def _port(text: str) -> int:
     return port
 
 
-def _server_url(text: str) -> str:
-    """``--url`` (also applied to its default, ``$AGENTKERNEL_URL``): an http(s) base URL."""
-    import httpx
-
-    try:
-        url = httpx.URL(text)
-    except (httpx.InvalidURL, TypeError):
-        url = None
-    if (
-        url is None
-        or url.scheme not in ("http", "https")
-        or not url.host
-        or not 0 < (url.port or 80) < 65536
-    ):
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a server URL like {DEFAULT_URL} (from --url or ${URL_ENV})"
-        )
-    return text
-
-
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="agentkernel", description=__doc__.split("\n")[0])
     parser.add_argument("--version", action="version", version=f"agentkernel {__version__}")
@@ -308,23 +286,7 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--agent", help="agent name")
     chat.add_argument("--async", dest="use_async", action="store_true", help="enqueue, then poll")
     chat.add_argument("--stream", action="store_true", help="print the reply as it is produced")
-    chat.add_argument(
-        "--url",
-        default=os.environ.get(URL_ENV) or DEFAULT_URL,
-        type=_server_url,
-        help=f"server base URL (default ${URL_ENV}, else {DEFAULT_URL})",
-    )
-    chat.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for the reply")
-    chat.add_argument(
-        "--api-key",
-        default=os.environ.get("AGENTKERNEL_API_KEY"),
-        help="API key for a server with authentication on (default $AGENTKERNEL_API_KEY)",
-    )
-    chat.add_argument(
-        "--token",
-        default=os.environ.get("AGENTKERNEL_TOKEN"),
-        help="bearer token (JWT) for a server with authentication on (default $AGENTKERNEL_TOKEN)",
-    )
+    add_server_options(chat, 60.0, "seconds to wait for the reply")
     cli_sessions.add_parser(sub)
     db_command.add_parser(sub)
     return parser

@@ -12,10 +12,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 from typing import IO, Any
 
+from agentkernel.cli_server import add_server_options
 from agentkernel.client import ChatError
 from agentkernel.sessions_client import SessionsClient
 
@@ -38,22 +38,7 @@ def add_parser(sub: Any) -> None:
     delete = actions.add_parser("delete", help="erase a session: state, turns, stored replies")
     delete.add_argument("session_id")
     for action in (listing, show, delete):
-        _connection(action)
-
-
-def _connection(parser: argparse.ArgumentParser) -> None:
-    parser.add_argument("--url", default="http://127.0.0.1:8000", help="server base URL")
-    parser.add_argument("--timeout", type=float, default=30.0, help="seconds to wait per call")
-    parser.add_argument(
-        "--api-key",
-        default=os.environ.get("AGENTKERNEL_API_KEY"),
-        help="API key for a server with authentication on (default $AGENTKERNEL_API_KEY)",
-    )
-    parser.add_argument(
-        "--token",
-        default=os.environ.get("AGENTKERNEL_TOKEN"),
-        help="bearer token (JWT) for a server with authentication on (default $AGENTKERNEL_TOKEN)",
-    )
+        add_server_options(action, 30.0, "seconds to wait per call")
 
 
 def _limit(text: str) -> int:
