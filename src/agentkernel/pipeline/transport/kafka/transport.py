@@ -223,7 +223,7 @@ def _created(future: Any, timeout: float) -> None:
 
 
 def _bookkeeping(settings: KafkaQueueConfig, cluster: str | None) -> BookkeepingStore:
-    require_shared(settings)
+    """The bookkeeping of ``settings`` (already checked by :func:`require_shared`)."""
     if settings.bookkeeping != "in_memory":
         prefix = bookkeeping_prefix(cluster, settings.group_id, settings.bootstrap_servers)
         return RedisBookkeepingStore(settings.bookkeeping_redis_url, prefix)
