@@ -117,6 +117,7 @@ def test_a_blocked_event_loop_is_reported_with_the_agent_and_request(
 
 
 def test_a_busy_but_yielding_loop_is_not_reported(caplog: pytest.LogCaptureFixture) -> None:
+    before = threading.active_count()  # other tests' threads may still be ending meanwhile
     loop = LoopThread("calm-test", stall_warning=0.1)
 
     async def polite() -> None:
@@ -127,7 +128,7 @@ def test_a_busy_but_yielding_loop_is_not_reported(caplog: pytest.LogCaptureFixtu
         loop.run(polite(), timeout=5)
     loop.stop()
     assert caplog.records == []
-    assert threading.active_count() < 100
+    assert threading.active_count() <= before  # the loop's thread and its watchdog are gone
 
 
 def test_a_loop_waiting_for_io_is_not_mistaken_for_a_blocked_one() -> None:

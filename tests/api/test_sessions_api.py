@@ -79,6 +79,7 @@ class Deployment:
             store = PostgresResponseStore(block)
             session = SessionConfig(type="postgres", postgres=block)
             config = config.model_copy(update={"session": session})
+        self.store = store
         self.server = Server(IOHandler(config, registry=registry(), store=store, with_runner=True))
 
     @staticmethod
@@ -119,6 +120,8 @@ class Deployment:
 
     def close(self) -> None:
         self.server.close()
+        if self.store is not None:
+            self.store.close()
         if self.kind == "postgres":
             with psycopg.connect(self.dsn, autocommit=True) as conn:
                 conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(self.schema)))

@@ -40,6 +40,7 @@ from agentkernel.aws.events import (
 )
 from agentkernel.aws.routes import (
     Route,
+    cancel_route,
     chat_alias,
     custom_response,
     is_read,
@@ -50,7 +51,13 @@ from agentkernel.aws.routes import (
 )
 from agentkernel.aws.settings import ecs_config
 from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.chat import FrameError, HTTPError, parse_frame, system_response
+from agentkernel.pipeline.chat import (
+    CancelFrame,
+    FrameError,
+    HTTPError,
+    parse_frame,
+    system_response,
+)
 from agentkernel.pipeline.envelope import (
     ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
@@ -61,6 +68,7 @@ from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront, S
 from agentkernel.pipeline.response_store import create_response_store
 from agentkernel.pipeline.session_store import create_session_store
 from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.turn_control.api import cancel_frame
 
 if TYPE_CHECKING:  # boto3 is imported only where a connections table is used
     from agentkernel.aws.websocket import ConnectionStore
@@ -157,6 +165,11 @@ class Lambda:
             return _answer(cls._run(front.post_chat(_chat_call(request, identity, context))))
         if is_read(request, path):
             return cls._read(request, path)
+        if (session_id := cancel_route(request, path)) is not None:
+            front = cls.front()
+            identity = alias(front.config.api.auth.aliases, request.identity)
+            request_id = request.query.get("request_id")
+            return _answer(cls._run(front.cancel(session_id, request_id, identity)))
         if (route := sessions_route(request)) is not None:
             return cls._sessions(request, *route)
         under = under_base(request.path)
@@ -199,6 +212,8 @@ class Lambda:
             identity = cls._socket_identity(front, message)
             text = message.body.decode("utf-8", "replace")
             client_id, chat = parse_frame(text, front.config.api.max_body_bytes)
+            if isinstance(chat, CancelFrame):
+                return cls._cancel(front, chat, client_id, identity)
             chat = front.check_chat(chat)
             attributes = {
                 ATTR_CONNECTION_ID: message.connection_id,
@@ -227,6 +242,17 @@ class Lambda:
         shown = client_id or request_id
         queued = {"type": "CHAT_QUEUED", "request_id": shown, "session_id": chat.session_id}
         return {"statusCode": 200, "body": json.dumps(queued)}
+
+    @classmethod
+    def _cancel(
+        cls, front: ChatFront, cancel: CancelFrame, client_id: str | None, identity: str | None
+    ) -> dict[str, Any]:
+        """A cancel frame: the ``CANCEL_RESPONSE`` is the route's answer; the turn's own frame
+        is pushed to the connection by the responder when it ends."""
+        request_id = cls._run(front.socket_request_id(client_id, identity))
+        answer = cls._run(front.cancel(cancel.session_id, request_id, identity))
+        frame = cancel_frame(answer, client_id or request_id, cancel.session_id)
+        return {"statusCode": 200, "body": json.dumps(frame)}
 
     @classmethod
     def _socket_identity(cls, front: ChatFront, message: SocketMessage) -> str | None:

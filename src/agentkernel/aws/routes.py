@@ -34,6 +34,7 @@ DEFAULT_BASE_PATH = "/api/v1"
 #: Variables upstream's Terraform module sets on the request handler function.
 BASE_PATH_ENV, VERSION_ENV, AGENT_ENDPOINT_ENV = "API_BASE_PATH", "API_VERSION", "AGENT_ENDPOINT"
 _SESSION_PATH = re.compile(rf"^{re.escape(CHAT_PATH)}/([^/]+)$")
+_CANCEL_PATH = re.compile(rf"^{re.escape(CHAT_PATH)}/([^/]+)/cancel$")
 _SESSIONS = re.compile(rf"^{re.escape(SESSIONS_PATH)}(?:/([^/]+))?$")
 
 
@@ -88,6 +89,15 @@ def custom_response(result: Any) -> dict[str, Any]:
 def is_read(request: HttpRequest, path: str) -> bool:
     """Whether ``request`` reads a reply, in any of the three forms."""
     return request.method == "GET" and (path == CHAT_PATH or bool(_SESSION_PATH.match(path)))
+
+
+def cancel_route(request: HttpRequest, path: str) -> str | None:
+    """The session id of ``POST /api/v1/chat/{session_id}/cancel``, or ``None`` when
+    ``request`` is not a cancel."""
+    match = _CANCEL_PATH.match(path)
+    if request.method != "POST" or match is None:
+        return None
+    return _text(match.group(1), "session_id")
 
 
 def sessions_route(request: HttpRequest) -> tuple[str, str | None] | None:

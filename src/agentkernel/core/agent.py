@@ -49,6 +49,9 @@ class Turn:
         session_key: where the session is stored: ``session_id`` without authentication,
             otherwise unique per identity (two users' ``s1`` are two sessions). Key any
             storage of your own by it, not by ``session_id``; empty means ``session_id``.
+        stopping: set once the turn is cancelled or runs past its deadline. An ``async`` agent
+            is also cancelled at its next ``await``; a sync agent cannot be, so a long-running
+            one should check :attr:`cancelled` between steps and return early.
     """
 
     prompt: str
@@ -60,10 +63,16 @@ class Turn:
     attempt: int = 1
     traceparent: str | None = None
     session_key: str = ""
+    stopping: threading.Event = field(default_factory=threading.Event, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         if not self.session_key:
             self.session_key = self.session_id
+
+    @property
+    def cancelled(self) -> bool:
+        """Whether the turn was cancelled (or ran past its deadline): stop and return."""
+        return self.stopping.is_set()
 
 
 Handler = Callable[[Turn], Any]

@@ -64,6 +64,7 @@ from agentkernel.core.config_env import describe_unparsable, variable_for
 from agentkernel.core.config_kafka import share_bookkeeping
 from agentkernel.core.config_limits import LimitsConfig
 from agentkernel.core.config_rules import check_reply_ttl
+from agentkernel.core.config_turns import MultitaskStrategy, TurnControlConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
 from agentkernel.core.upstream import closest_key, drop_upstream_keys
@@ -81,6 +82,7 @@ __all__ = [
     "JwtConfig",
     "KafkaQueueConfig",
     "LimitsConfig",
+    "MultitaskStrategy",
     "NatsQueueConfig",
     "OutputQueueSettings",
     "PostgresQueueConfig",
@@ -92,6 +94,7 @@ __all__ = [
     "ResponseRedisConfig",
     "ResponseStoreConfig",
     "SQSQueueConfig",
+    "TurnControlConfig",
     "WebSocketConfig",
     "require_extra",
 ]
@@ -185,6 +188,9 @@ class ExecutionConfig(_Block):
         default_factory=ResponseStoreConfig, description="Reply store."
     )
     runner: RunnerConfig = Field(default_factory=RunnerConfig, description="Agent Runner tuning.")
+    turn_control: TurnControlConfig = Field(
+        default_factory=TurnControlConfig, description="Cancelling turns, multitask strategies."
+    )
 
     @model_validator(mode="after")
     def _replies_outlive_the_dedup_window(self) -> ExecutionConfig:

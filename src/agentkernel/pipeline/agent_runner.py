@@ -17,12 +17,15 @@ docs/architecture.md, "A turn's effects happen once".
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import dataclasses
 import functools
 import json
 import logging
 import threading
 import time
+from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
 from pydantic import ValidationError
@@ -74,6 +77,9 @@ from agentkernel.pipeline.session_store import (
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
 from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.turn_control.outcomes import stopped_doc
+from agentkernel.pipeline.turn_control.signals import Stop
+from agentkernel.pipeline.turn_control.watcher import StopWatcher
 from agentkernel.pipeline.turn_log import turn_finished
 
 logger = logging.getLogger(__name__)
@@ -104,6 +110,7 @@ class AgentRunner(QueueConsumer):
         if transport is None:
             transport = QueueTransportFactory.create(execution.queues)
         self.transport, self.registry = transport, registry
+        self._owns_sessions = sessions is None  # made here: closed by serve()
         self.sessions = sessions if sessions is not None else create_session_store(config.session)
         self.adoption = UnscopedAdoption(self.sessions, config.session.adopt_unscoped)
         self.queues, self.runner = execution.queues, execution.runner
@@ -112,6 +119,11 @@ class AgentRunner(QueueConsumer):
         )
         self._last_errors = LastErrors()
         self._log = RateLimitedLog(logger)
+        control = execution.turn_control
+        self.signals = self.sessions.turn_signals(control.stale_after)
+        self.watcher = (
+            None if self.signals is None else StopWatcher(self.signals, control.poll_interval)
+        )
 
     # -- entry points ----------------------------------------------------------------------
 
@@ -133,8 +145,9 @@ class AgentRunner(QueueConsumer):
         """
         tracing.export_if_configured()
         probe = self._health_server()
+        close = [self.transport.close] + ([self.sessions.close] if self._owns_sessions else [])
         try:
-            self.consumer_loop().run(close=[self.transport.close])
+            self.consumer_loop().run(close=close)
         finally:
             if probe is not None:
                 probe.stop()
@@ -225,13 +238,18 @@ class AgentRunner(QueueConsumer):
             return
         if record.owner is None and user is not None:
             record = dataclasses.replace(record, owner=user)  # the first turn claims the session
+        if (stop := await self._start(key, request_id)) is not None:
+            await self._stopped_before_start(message, session_id, record, stop)
+            return
         if self.last_attempt.runs_alone(message):
             record = await self.last_attempt.start_trial(self.sessions, key, record, request_id)
         turn = turn_of(message, body, agent.name, key, record.state)
         streamed = body.stream or self.stream_all or ATTR_STREAM in message.attributes
         stream = self._streamer(message, turn) if streamed else None
         started = time.perf_counter()
-        status, doc, state = await execute(agent, turn, stream, self.runner.turn_timeout)
+        async with self._watching(request_id) as stopped:
+            timeout = self.runner.turn_timeout
+            status, doc, state = await execute(agent, turn, stream, timeout, stopped)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         try:
             await self._commit_and_reply(message, session_id, record, outcome, state)
@@ -286,6 +304,54 @@ class AgentRunner(QueueConsumer):
         doc = turn_failed_doc(attempts, cause, session_id, request_id)
         outcome = TurnOutcome(request_id, 500, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, None)
+
+    # -- turn control (pipeline.turn_control) ---------------------------------------------------
+
+    async def _start(self, key: str, request_id: str) -> Stop | None:
+        """Mark the turn as started; the stop asked for it before it ran, if any."""
+        signals = self.signals
+        if signals is None:
+            return None
+        return await call(signals.nonblocking, signals.start, key, request_id)
+
+    def _watching(
+        self, request_id: str
+    ) -> AbstractAsyncContextManager[asyncio.Future[Stop] | None]:
+        if self.watcher is None:
+            return contextlib.nullcontext(None)
+        return self.watcher.watching(request_id)
+
+    async def _stopped_before_start(
+        self, message: QueueMessage, session_id: str, record: SessionRecord, stop: Stop
+    ) -> None:
+        """A turn cancelled or superseded while it was queued: answered, never run."""
+        request_id = message.attributes[ATTR_REQUEST_ID]
+        logger.info(
+            "turn %s of session %s was stopped before it started: %s",
+            request_id,
+            session_id,
+            stop.kind.value,
+        )
+        METRICS.inc("agentkernel_turns_total", agent="-", status="cancelled")
+        status, doc = stopped_doc(stop, session_id, request_id)
+        outcome = TurnOutcome(request_id, status, json.dumps(doc))
+        await self._commit_and_reply(message, session_id, record, outcome, None)
+
+    async def _close(self, message: QueueMessage, request_id: str) -> None:
+        """The turn has answered: it no longer counts as open in its session."""
+        signals, key = self.signals, message.group_id
+        if signals is None or key is None:
+            return
+        try:
+            await call(signals.nonblocking, signals.close, key, request_id)
+        except Exception as exc:  # it goes stale on its own; the reply is sent
+            self._log.log(
+                logging.WARNING,
+                f"close:{type(exc).__name__}",
+                "turn %s answered but could not be marked as ended: %s",
+                request_id,
+                exc,
+            )
 
     # -- committing and replying ---------------------------------------------------------------
 
@@ -430,6 +496,7 @@ class AgentRunner(QueueConsumer):
         if self.stream_all:
             reply.attributes[ATTR_STREAM] = "1"
         await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
+        await self._close(message, outcome.request_id)
 
 
 def _key(message: QueueMessage, session_id: str) -> str:

@@ -12,12 +12,14 @@ import json
 import re
 import secrets
 import uuid
+from dataclasses import dataclass
 from typing import Annotated, Any
 from urllib.parse import quote
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
 
 from agentkernel.core.agent import AgentRegistry
+from agentkernel.core.config_turns import MultitaskStrategy
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, ATTR_USER_ID, QueueMessage
 from agentkernel.pipeline.json_text import lone_surrogate_field
 from agentkernel.pipeline.scoping import session_key
@@ -28,6 +30,8 @@ _TRACEPARENT = re.compile(r"^00-[0-9a-f]{32}-[0-9a-f]{16}-[0-9a-f]{2}$")
 #: Deepest nesting of arrays and objects a chat body may have: deeper bodies are refused before
 #: they are queued, since serializers along the way (and the runner's parser) stop near 200.
 MAX_JSON_DEPTH = 64
+# A session id as ChatRequest checks it: 1-256 characters, no control character, no '/'.
+_SESSION_ID = re.compile(r"[^\x00-\x1f\x7f/]{1,256}")
 
 
 def _path_segment(session_id: str) -> str:
@@ -57,6 +61,13 @@ class ChatRequest(BaseModel):
         False,
         description="Send the reply as chunks while the agent produces them (set by SSE and "
         "WebSocket clients).",
+    )
+    multitask_strategy: MultitaskStrategy | None = Field(
+        None,
+        description="What this turn does to the session's turns still queued or running: "
+        "enqueue (wait behind them), reject (409 while one is), interrupt (cancel them, keep "
+        "their state so far), rollback (cancel them, keep nothing), coalesce (replace those "
+        "not started yet). Default: execution.turn_control.multitask_strategy.",
     )
 
 
@@ -162,9 +173,10 @@ def check_idempotency_key(idempotency_key: str) -> str:
 
 
 def fingerprint(chat: ChatRequest) -> str:
-    """A digest of what the turn asks for (every field but ``stream``, which only says how the
-    reply travels), so a retry under the same ``Idempotency-Key`` can be told from a new turn."""
-    content = chat.model_dump(mode="json", exclude={"stream"})
+    """A digest of what the turn asks for (every field but ``stream`` and
+    ``multitask_strategy``, which say how it travels, not what it asks), so a retry under the
+    same ``Idempotency-Key`` can be told from a new turn."""
+    content = chat.model_dump(mode="json", exclude={"stream", "multitask_strategy"})
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 
@@ -187,7 +199,7 @@ def turn_message(chat: ChatRequest, request_id: str, attributes: dict[str, str])
     """The INPUT message of a turn: the session (scoped by the sender's identity) is its group,
     its request id the dedup id."""
     return QueueMessage(
-        body=chat.model_dump_json(exclude_none=True),
+        body=chat.model_dump_json(exclude_none=True, exclude={"multitask_strategy"}),
         attributes={ATTR_REQUEST_ID: request_id} | attributes,
         group_id=session_key(chat.session_id, attributes.get(ATTR_USER_ID)),
         dedup_id=request_id,
@@ -251,13 +263,22 @@ def system_response(
     return frame | ({"request_id": request_id} if request_id else {})
 
 
-def parse_frame(text: str, max_bytes: int) -> tuple[str | None, ChatRequest]:
-    """Read a chat frame ``{"route": "chat", "request_id"?, "body": {...}}`` (or a flat body).
+@dataclass(frozen=True)
+class CancelFrame:
+    """A WebSocket frame ``{"route": "cancel", "request_id", "session_id"}``: cancel the turn
+    the client named ``request_id`` (in its chat frame) in ``session_id``."""
+
+    session_id: str
+
+
+def parse_frame(text: str, max_bytes: int) -> tuple[str | None, ChatRequest | CancelFrame]:
+    """Read a chat frame ``{"route": "chat", "request_id"?, "body": {...}}`` (or a flat body),
+    or a cancel frame (:class:`CancelFrame`).
 
     Returns:
-        the client's id for the turn (``None`` when it sent none) and the chat request. The
-        client's id is not the turn's request id: the front derives that from it, per
-        identity (:meth:`~agentkernel.pipeline.front.ChatFront.socket_request_id`).
+        the client's id for the turn (``None`` when it sent none) and the chat request, or the
+        cancel. The client's id is not the turn's request id: the front derives that from it,
+        per identity (:meth:`~agentkernel.pipeline.front.ChatFront.socket_request_id`).
 
     Raises:
         FrameError: the frame is too large, not JSON, for another route, or invalid.
@@ -270,8 +291,11 @@ def parse_frame(text: str, max_bytes: int) -> tuple[str | None, ChatRequest]:
         raise FrameError("INVALID_JSON", f"the frame is not valid JSON: {exc}") from exc
     if not isinstance(frame, dict):
         raise FrameError("INVALID_JSON", "a frame must be a JSON object")
-    if frame.get("route", "chat") != "chat":
-        raise FrameError("UNKNOWN_ROUTE", f"unknown route {str(frame['route'])[:64]!r}")
+    route = frame.get("route", "chat")
+    if route == "cancel":
+        return _cancel_frame(frame)
+    if route != "chat":
+        raise FrameError("UNKNOWN_ROUTE", f"unknown route {str(route)[:64]!r}")
     request_id = _frame_request_id(frame)
     body = (
         frame["body"]
@@ -285,6 +309,22 @@ def parse_frame(text: str, max_bytes: int) -> tuple[str | None, ChatRequest]:
         return request_id, parse_chat(json.dumps(body).encode())
     except HTTPError as exc:
         raise frame_error(exc, request_id) from exc
+
+
+def _cancel_frame(frame: dict[str, Any]) -> tuple[str, CancelFrame]:
+    request_id = _frame_request_id(frame)
+    if request_id is None:
+        raise FrameError("INVALID_REQUEST", "a cancel frame needs the turn's request_id")
+    body = frame.get("body")
+    session_id = (body if isinstance(body, dict) else frame).get("session_id")
+    if (
+        not isinstance(session_id, str)
+        or not _SESSION_ID.fullmatch(session_id)
+        or session_id in (".", "..")
+    ):
+        details = [{"field": "session_id", "message": "required: the turn's session id"}]
+        raise FrameError("INVALID_REQUEST", "session_id: required", request_id, details)
+    return request_id, CancelFrame(session_id)
 
 
 def frame_error(exc: HTTPError, request_id: str | None) -> FrameError:

@@ -6,6 +6,7 @@ import asyncio
 import copy
 import json
 import logging
+import threading
 import time
 from collections.abc import Coroutine
 from typing import Any
@@ -25,25 +26,53 @@ from agentkernel.pipeline.last_errors import cause_of
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.replies import ChatTurnBody, error_doc, reply_attributes
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.turn_control.outcomes import stopped_doc
+from agentkernel.pipeline.turn_control.signals import Stop
 
 logger = logging.getLogger(__name__)
+
+
+#: Seconds a cancelled agent gets to unwind (its ``finally`` blocks, an ``except
+#: CancelledError`` that tidies its state) before its turn is answered without it.
+CANCEL_GRACE_SECONDS = 1.0
 
 
 class Deadline(Exception):
     """A turn ran past its deadline (distinct from a TimeoutError the agent itself raised)."""
 
 
-async def bounded(work: Coroutine[Any, Any, str], timeout: float | None) -> str:
-    """Await ``work``, cancelling it after ``timeout`` seconds (``None``: no limit)."""
-    if timeout is None:
+class Stopped(Exception):
+    """A turn was asked to stop (cancelled, interrupted, rolled back) while it ran."""
+
+    def __init__(self, stop: Stop) -> None:
+        super().__init__(stop.kind.value)
+        self.stop = stop
+
+
+async def bounded(
+    work: Coroutine[Any, Any, str],
+    timeout: float | None,
+    stopped: asyncio.Future[Stop] | None = None,
+    stopping: threading.Event | None = None,
+) -> str:
+    """Await ``work``, cancelling it after ``timeout`` seconds (``None``: no limit) or once
+    ``stopped`` resolves; ``stopping`` is set when it is cancelled (a sync agent's signal)."""
+    if timeout is None and stopped is None:
         return await work
     task = asyncio.ensure_future(work)
-    done, _ = await asyncio.wait({task}, timeout=timeout)
-    if not done:
-        task.cancel()
-        await asyncio.wait({task})  # let it unwind (a sync agent's thread runs on regardless)
-        raise Deadline
-    return task.result()
+    either: set[asyncio.Future[Any]] = {task} if stopped is None else {task, stopped}
+    await asyncio.wait(either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    if task.done():
+        return task.result()
+    if stopping is not None:
+        stopping.set()
+    task.cancel()
+    if stopped is not None and stopped.done() and not stopped.cancelled():
+        # Its unwinding may be awaited for a second, never for long: the caller is waiting.
+        await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
+        raise Stopped(stopped.result())
+    await asyncio.wait({task})  # let it unwind (a sync agent's thread runs on regardless)
+    raise Deadline
 
 
 class Streamer:
@@ -95,20 +124,37 @@ def turn_of(
 
 
 async def execute(
-    agent: Agent, turn: Turn, stream: Streamer | None, turn_timeout: float | None
+    agent: Agent,
+    turn: Turn,
+    stream: Streamer | None,
+    turn_timeout: float | None,
+    stopped: asyncio.Future[Stop] | None = None,
 ) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
     """Run the agent; returns the reply's status and body, and the state to commit.
 
     Args:
         stream: sends the reply's chunks as the agent yields them (``None``: not streamed).
         turn_timeout: seconds a turn may run when its agent sets no timeout (``None``: no limit).
+        stopped: resolves when the turn is asked to stop (:mod:`~.turn_control`); the turn is
+            then cancelled and answered by :func:`~.turn_control.outcomes.stopped_doc`.
     """
     started = time.perf_counter()
     METRICS.inc("agentkernel_turns_in_flight", 1)
     timeout = agent.timeout or turn_timeout
     try:
         work = agent.run(turn) if stream is None else stream.run(agent)
-        result = await bounded(work, timeout)
+        result = await bounded(work, timeout, stopped, turn.stopping)
+    except Stopped as exc:
+        logger.info(
+            "turn %s of session %s in agent %s stopped: %s",
+            turn.request_id,
+            turn.session_id,
+            turn.agent,
+            exc.stop.kind.value,
+        )
+        _finished(turn.agent, "cancelled", started)
+        status, doc = stopped_doc(exc.stop, turn.session_id, turn.request_id)
+        return status, doc, turn.state if exc.stop.keeps_state else None
     except Deadline:
         logger.error(
             "turn %s of session %s ran past its %ss deadline in agent %s; cancelled",

@@ -61,6 +61,7 @@ from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.sessions import SessionsAPI
 from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.turn_control.api import TurnControlAPI
 
 __all__ = [
     "CHAT_PATH",
@@ -106,6 +107,8 @@ class ChatFront:
         self._released = False
         self.quota = IdentityQuota(store, self.config.api.limits)
         self.session_ops = SessionsAPI(sessions, store, self.quota)
+        control = self.config.execution.turn_control
+        self.turn_ops = TurnControlAPI(store, self._sessions, control, self.quota)
         #: What ``GET /ready`` checks beside the broker (an embedded runner adds its sessions).
         self.stores: dict[str, CheckedStore] = {"response_store": store}
 
@@ -150,10 +153,12 @@ class ChatFront:
         traceparent = traceparent_or_new(chat_call.traceparent)
         if chat_call.stream:
             if fresh or not await self._read(turn):
+                await self.turn_ops.open(chat, request_id, owner)
                 await self._enqueue(chat, turn, traceparent, owner)
             return StreamAnswer(request_id, chat.session_id, owner=owner)
         if not fresh and (known := await self._read(turn)):
             return await self._answered(known, chat.session_id, owner)
+        await self.turn_ops.open(chat, request_id, owner)
         await self._enqueue(chat, turn, traceparent, owner)
         if wants_async(chat_call.prefer, self.config.execution.mode):
             return accepted(turn)
@@ -199,6 +204,7 @@ class ChatFront:
         """
         turn = TurnAddress(chat.session_id, request_id)
         await self._admit(chat, turn, identity)
+        await self.turn_ops.open(chat, request_id, identity)
         await self._enqueue(chat, turn, traceparent_or_new(traceparent), identity, attributes)
 
     async def get_chat(
@@ -274,6 +280,12 @@ class ChatFront:
         )
         return self.quota.reading(frames, stream.owner, stream.request_id)
 
+    async def cancel(
+        self, session_id: str | None, request_id: str | None, identity: str | None = None
+    ) -> Answer:
+        """Cancel a queued or running turn (see :mod:`agentkernel.pipeline.turn_control.api`)."""
+        return await self.turn_ops.cancel(session_id, request_id, identity)
+
     async def wait_reply(self, request_id: str) -> ResponseRecord | None:
         """Wait for a reply up to ``api.sync_timeout`` seconds (the WebSocket front)."""
         return await self.store.wait(request_id, self.config.api.sync_timeout)
@@ -293,6 +305,9 @@ class ChatFront:
     async def delete_session(self, session_id: str, identity: str | None) -> Answer:
         """Erase one of the caller's sessions everywhere; 204 whether or not it existed."""
         return await self.session_ops.delete(session_id, identity)
+
+    def _sessions(self) -> SessionStore | None:
+        return self.session_ops.sessions
 
     # -- service routes -------------------------------------------------------------------------
 

@@ -100,6 +100,8 @@ class SessionsAPI:
             record = await self._call(sessions.nonblocking, sessions.read, key)
             ids = [*record.committed, *(entry.request_id for entry in record.log)]
             await self._call(sessions.nonblocking, sessions.delete, key)  # first: fences turns
+            if (signals := sessions.turn_signals()) is not None:
+                await self._call(signals.nonblocking, signals.forget_session, key)
             forget, nonblocking = self.store.forget_session, self.store.nonblocking
             erased = await self._call(nonblocking, forget, session_id, identity, ids)
         except HTTPError as exc:

@@ -128,6 +128,9 @@ def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
     app.get(CHAT_PATH + "/{session_id}/stream", responses=openapi.STREAM_RESPONSES)(
         routes.get_stream
     )
+    app.post(CHAT_PATH + "/{session_id}/cancel", responses=openapi.CANCEL_RESPONSES)(
+        routes.cancel_chat
+    )
 
     async def websocket(websocket: WebSocket) -> None:
         """The chat WebSocket: ``CHAT_QUEUED``, then ``CHAT_RESPONSE`` or chunk frames."""

@@ -159,9 +159,19 @@ POST_RESPONSES: dict[int | str, dict[str, Any]] = {
         "already used for a different request (IDEMPOTENCY_KEY_REUSED)."
     ),
     408: _error("The body did not arrive within api.body_timeout."),
+    409: _error(
+        "The turn was stopped: CANCELLED (a cancel, or a later turn's interrupt or rollback; "
+        "cancelled_by names that turn) or SUPERSEDED (replaced before it started, "
+        "superseded_by names the new turn); or SESSION_BUSY: multitask_strategy 'reject' "
+        "while another turn of the session is queued or running."
+    ),
     500: _error(
         "The turn failed: AGENT_ERROR, STATE_NOT_STORED, TURN_FAILED, REPLY_TOO_LARGE; the "
         "message names the cause."
+    ),
+    501: _error(
+        "A multitask strategy other than enqueue, and this process cannot reach the session "
+        "store (TURN_CONTROL_UNAVAILABLE)."
     ),
     503: _error(
         "Queue or reply store unavailable, or shutting down; when the turn may "
@@ -190,9 +200,47 @@ GET_RESPONSES: dict[int | str, dict[str, Any]] = {
         "No reply to read: error PENDING (with Retry-After) while the turn runs, "
         "NOT_FOUND for an unknown, expired or another session's request."
     ),
+    409: _error("The stored reply of a stopped turn (CANCELLED, SUPERSEDED, SESSION_BUSY)."),
     500: _error("The stored reply of a turn that failed (as POST's 500)."),
     503: _error("The reply store is unreachable; retry later."),
     504: _error("The stored reply of a turn past its deadline (TURN_TIMEOUT)."),
+}
+
+
+class Cancelled(BaseModel):
+    """A turn that ended stopped: its final reply."""
+
+    status: str = Field(description="CANCELLED, or SUPERSEDED for a turn replaced before it ran.")
+    request_id: str
+    session_id: str
+    reply: dict[str, Any] = Field(description="The turn's final reply (error CANCELLED ...).")
+
+
+class CancelRequested(BaseModel):
+    """A cancel asked for a turn that has not answered yet."""
+
+    status: str = Field(description="CANCEL_REQUESTED.")
+    message: str
+    request_id: str
+    session_id: str
+
+
+CANCEL_RESPONSES: dict[int | str, dict[str, Any]] = {
+    200: _json(Cancelled, "The turn is stopped; reply is the final reply its callers got."),
+    202: _json(
+        CancelRequested,
+        "Asked, not confirmed within execution.turn_control.cancel_wait (the turn waits behind "
+        "another, or no runner is up); poll the Location for its final reply.",
+    ),
+    400: _error("The request_id query parameter is missing."),
+    401: _UNAUTHORIZED,
+    404: _error("NOT_FOUND: no such turn of the caller in this session."),
+    409: _error(
+        "ALREADY_FINISHED: the turn had answered before the cancel took; status_code is its "
+        "reply's."
+    ),
+    501: _error("This process cannot reach the session store (TURN_CONTROL_UNAVAILABLE)."),
+    503: _error("A store is unreachable; retry (a cancel is idempotent)."),
 }
 #: Answers of the routes outside the chat API that need a credential when auth is on.
 PROTECTED_RESPONSES: dict[int | str, dict[str, Any]] = {

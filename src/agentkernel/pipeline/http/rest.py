@@ -4,7 +4,8 @@
 202 (``rest_async`` or ``Prefer: respond-async``) or an event stream (``Accept:
 text/event-stream``); ``GET /api/v1/chat/{session_id}?request_id=`` reads a reply until its TTL
 ends (upstream's ``GET /api/v1/chat?request_id=&session_id=`` is the same read), and
-``.../stream`` resumes a streamed one. ``/api/v1/sessions`` lists the caller's sessions, and
+``.../stream`` resumes a streamed one, and ``POST .../cancel?request_id=`` cancels a queued or
+running turn. ``/api/v1/sessions`` lists the caller's sessions, and
 ``/api/v1/sessions/{session_id}`` shows (``GET``) or erases (``DELETE``) one. What each answers
 is decided by :class:`~agentkernel.pipeline.front.ChatFront`; this module only translates.
 """
@@ -57,6 +58,12 @@ class ChatRoutes:
         """Upstream's poll form, ``GET /api/v1/chat?request_id=&session_id=``: the same read as
         :meth:`get_chat`, the session taken from the query (required here)."""
         return self._response(await self.front.get_chat(session_id, request_id, IDENTITY.get()))
+
+    async def cancel_chat(self, session_id: str, request_id: str | None = None) -> Response:
+        """Cancel a queued or running turn: 200 once stopped, 202 while asked, 409 if it had
+        already answered."""
+        answer = await self.front.cancel(session_id, request_id, IDENTITY.get())
+        return json_response(answer)
 
     async def get_stream(self, request: Request, session_id: str, request_id: str = "") -> Response:
         """Resume a streamed turn: the chunks after ``Last-Event-ID``, then live ones."""

@@ -5,6 +5,9 @@ Client frames are JSON objects ``{"route": "chat", "request_id"?: str, "body": {
 The server answers ``CHAT_QUEUED`` once the turn is on the queue, then either ``CHAT_RESPONSE``
 or ``STREAM_CHUNK`` frames ending with ``done``. Anything wrong with a frame is answered with a
 ``SYSTEM_RESPONSE`` and the connection stays open; closing it mid-turn leaves the turn running.
+``{"route": "cancel", "request_id", "session_id"}`` cancels a turn the client sent (named by its
+own ``request_id``): answered ``CANCEL_RESPONSE``, then the turn's ``CHAT_RESPONSE`` (409
+``CANCELLED``) as usual.
 
 A client's ``request_id`` is its own name for the turn, echoed in every frame about it; the
 turn's request id is derived from it per identity (see :meth:`ChatFront.socket_request_id`).
@@ -26,6 +29,7 @@ from fastapi import WebSocket, WebSocketDisconnect
 from starlette.types import Message
 
 from agentkernel.pipeline.chat import (
+    CancelFrame,
     ChatRequest,
     FrameError,
     HTTPError,
@@ -35,6 +39,7 @@ from agentkernel.pipeline.chat import (
 )
 from agentkernel.pipeline.front import ChatFront, StreamAnswer
 from agentkernel.pipeline.http.auth import EXPIRES_AT, IDENTITY
+from agentkernel.pipeline.turn_control.api import cancel_frame
 
 logger = logging.getLogger(__name__)
 
@@ -94,6 +99,9 @@ class ChatSocket:
         client_id = None
         try:
             client_id, chat = parse_frame(text, self.api.max_body_bytes)
+            if isinstance(chat, CancelFrame):
+                await self._cancel(chat, client_id)
+                return
             chat = self._check(chat, client_id)
             if len(self._turns) >= self.api.ws_max_turns:
                 raise FrameError(
@@ -118,6 +126,14 @@ class ChatSocket:
         task = asyncio.create_task(self._answer(chat, request_id, shown))
         self._turns.add(task)
         task.add_done_callback(self._turns.discard)
+
+    async def _cancel(self, cancel: CancelFrame, client_id: str | None) -> None:
+        """Answer a cancel frame with ``CANCEL_RESPONSE`` (the front's answer as a frame); the
+        turn's own frame (``CHAT_RESPONSE`` 409 ``CANCELLED``) follows as usual."""
+        front, identity = self.handler, self.identity
+        request_id = await front.socket_request_id(client_id, identity)
+        answer = await front.cancel(cancel.session_id, request_id, identity)
+        await self.send(cancel_frame(answer, client_id or request_id, cancel.session_id))
 
     def _check(self, chat: ChatRequest, request_id: str | None) -> ChatRequest:
         try:

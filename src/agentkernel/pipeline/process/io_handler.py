@@ -118,7 +118,9 @@ class IOHandler:
             with_runner = execution.queues.type == "in_memory"
         self.api = RequestHandler(self.transport, self.store, self.config, self.registry)
         if not with_runner and config.session.type != "in_memory":  # another process's: none
-            self.api.session_ops.sessions = create_session_store(config.session)
+            sessions = create_session_store(config.session)
+            self.api.session_ops.sessions = sessions
+            self._owned.append(sessions.close)
         #: Queued turns live only in this process: run them before exiting.
         self._local_queue = self.transport.queues_in_process
         self.output_loop = self._output_loop()
@@ -159,6 +161,7 @@ class IOHandler:
 
     def _runner_loop(self) -> ConsumerLoop | InLoopConsumer:
         runner = AgentRunner(self.config, self.registry, transport=self.transport)
+        self._owned.append(runner.sessions.close)
         self.api.stores["session_store"] = runner.sessions  # /ready checks it too
         self.api.session_ops.sessions = runner.sessions  # the sessions API reads the same
         if not self._local_queue:

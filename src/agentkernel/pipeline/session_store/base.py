@@ -29,6 +29,7 @@ from agentkernel.pipeline.session_store.index import (
     SessionPage,
     TurnEntry,
 )
+from agentkernel.pipeline.turn_control.signals import STALE_AFTER_SECONDS, TurnSignals
 
 #: How many committed request ids a record remembers. The applied position recognises older
 #: replays; the ids cover deliveries without a comparable position (another ordering unit, a
@@ -268,9 +269,31 @@ class SessionStore(ABC):
         """
         raise SessionStoreError(f"{type(self).__name__} cannot erase sessions")
 
+    # -- turn control ------------------------------------------------------------------------
+
+    def turn_signals(self, stale_after: float = STALE_AFTER_SECONDS) -> TurnSignals | None:
+        """The turn signals kept beside these sessions (cancellation, multitask strategies),
+        made once; ``stale_after`` is taken from the first call.
+
+        Returns ``None`` when this store keeps none: turns can then be neither cancelled nor
+        told apart as queued (every built-in store keeps them).
+        """
+        signals = self.__dict__.get("_turn_signals")
+        if signals is None:  # setdefault: two threads asking at once get the same signals
+            signals = self.__dict__.setdefault("_turn_signals", self._new_turn_signals(stale_after))
+        return signals
+
+    def _new_turn_signals(self, stale_after: float) -> TurnSignals | None:
+        """The signals of this store; a store whose sessions other processes read must keep
+        them where those processes can read them too."""
+        return None
+
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise when the backend is unreachable, refuses writes or lost its data."""
 
     def warnings(self) -> list[str]:
         """What an operator should know about the backend (shown by ``GET /ready``)."""
         return []
+
+    def close(self) -> None:  # noqa: B027 - optional hook
+        """Release connections and threads (the process that made the store closes it)."""

@@ -15,6 +15,7 @@ from agentkernel.pipeline.session_store.index import (
     page_of,
     scope_of,
 )
+from agentkernel.pipeline.turn_control.signals import InMemoryTurnSignals, TurnSignals
 
 
 class InMemorySessionStore(SessionStore):
@@ -60,6 +61,9 @@ class InMemorySessionStore(SessionStore):
                 self._index.setdefault(scope, {})[session_id] = now_ms()
             while self._data and next(iter(self._data.values()))[0] <= now:
                 self._unindex(self._data.popitem(last=False)[0])
+
+    def _new_turn_signals(self, stale_after: float) -> TurnSignals:
+        return InMemoryTurnSignals(stale_after=stale_after)
 
     def list_sessions(
         self, scope: str, limit: int, after: SessionEntry | None = None

@@ -1,0 +1,92 @@
+"""The runner's side of a stop: one poll of the turn signals for every turn a loop runs.
+
+Each event loop that runs turns gets one polling task while it runs any: every
+``interval`` seconds it asks :meth:`TurnSignals.stops` about all of its turns in one call and
+resolves the future of each turn asked to stop. The task ends when the loop's last turn ends,
+so an idle runner makes no calls.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import weakref
+from collections.abc import AsyncIterator
+
+from agentkernel.core.blocking import call
+from agentkernel.core.log_limit import RateLimitedLog
+from agentkernel.pipeline.turn_control.signals import Stop, TurnSignals
+
+__all__ = ["StopWatcher"]
+
+logger = logging.getLogger(__name__)
+
+
+class _LoopTurns:
+    """The turns one event loop runs, and its polling task."""
+
+    def __init__(self) -> None:
+        self.turns: dict[str, list[asyncio.Future[Stop]]] = {}
+        self.task: asyncio.Task[None] | None = None
+
+
+class StopWatcher:
+    """Tells running turns they were asked to stop, within ``interval`` seconds.
+
+    Args:
+        signals: where stops are asked for.
+        interval: seconds between two polls while a turn runs.
+    """
+
+    def __init__(self, signals: TurnSignals, interval: float = 0.25) -> None:
+        self.signals, self.interval = signals, interval
+        self._loops: weakref.WeakKeyDictionary[asyncio.AbstractEventLoop, _LoopTurns] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._log = RateLimitedLog(logger)
+
+    @contextlib.asynccontextmanager
+    async def watching(self, request_id: str) -> AsyncIterator[asyncio.Future[Stop]]:
+        """A future resolved with the turn's :class:`Stop` once one is asked, while inside."""
+        loop = asyncio.get_running_loop()
+        state = self._loops.get(loop)
+        if state is None:
+            state = self._loops[loop] = _LoopTurns()
+        stopped: asyncio.Future[Stop] = loop.create_future()
+        state.turns.setdefault(request_id, []).append(stopped)
+        if state.task is None:
+            state.task = loop.create_task(self._poll(state), name="turn-stop-watcher")
+        try:
+            yield stopped
+        finally:
+            futures = state.turns.get(request_id, [])
+            if stopped in futures:
+                futures.remove(stopped)
+            if not futures:
+                state.turns.pop(request_id, None)
+            stopped.cancel()
+
+    async def _poll(self, state: _LoopTurns) -> None:
+        try:
+            while state.turns:
+                await asyncio.sleep(self.interval)
+                if not state.turns:
+                    break
+                try:
+                    signals = self.signals
+                    found = await call(signals.nonblocking, signals.stops, list(state.turns))
+                except Exception as exc:  # the store is down: the turns run on meanwhile
+                    self._log.log(
+                        logging.WARNING,
+                        f"stops:{type(exc).__name__}",
+                        "cannot read cancellations of running turns: %s",
+                        exc,
+                    )
+                    continue
+                for request_id, stop in found.items():
+                    for stopped in state.turns.get(request_id, []):
+                        if not stopped.done():
+                            stopped.set_result(stop)
+        finally:
+            state.task = None
