@@ -25,7 +25,7 @@ from agentkernel import db as db_command
 from agentkernel.cli_server import add_server_options
 from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config import AKConfig, MultitaskStrategy
 from agentkernel.core.errors import AKConfigError, StoreError, TransportError
 from agentkernel.core.loading import importable, load_agents
 
@@ -213,10 +213,13 @@ def _chat(args: argparse.Namespace) -> int:
     from agentkernel.client import ChatClient, ChatError, interactive, one_turn
 
     client = ChatClient(args.url, args.timeout, api_key=args.api_key, token=args.token)
+    extra = {"multitask_strategy": args.strategy} if args.strategy else {}
     try:
-        if args.prompt is None:
+        if args.cancel is not None:
+            print(client.cancel(args.session, args.cancel))
+        elif args.prompt is None:
             print(f"session {args.session}: type a message, end with Ctrl-D", file=sys.stderr)
-            interactive(client, args.session, args.agent, stream=args.stream)
+            interactive(client, args.session, args.agent, stream=args.stream, **extra)
         else:
             one_turn(
                 client,
@@ -225,6 +228,7 @@ def _chat(args: argparse.Namespace) -> int:
                 args.agent,
                 stream=args.stream,
                 asynchronous=args.use_async,
+                **extra,
             )
     except ChatError as exc:
         print(f"agentkernel: {exc}", file=sys.stderr)
@@ -286,6 +290,14 @@ def build_parser() -> argparse.ArgumentParser:
     chat.add_argument("--agent", help="agent name")
     chat.add_argument("--async", dest="use_async", action="store_true", help="enqueue, then poll")
     chat.add_argument("--stream", action="store_true", help="print the reply as it is produced")
+    chat.add_argument(
+        "--strategy",
+        choices=[s.value for s in MultitaskStrategy],
+        help="what this turn does to the session's unfinished turns (multitask_strategy)",
+    )
+    chat.add_argument(
+        "--cancel", metavar="REQUEST_ID", help="cancel that turn of the session instead of chatting"
+    )
     add_server_options(chat, 60.0, "seconds to wait for the reply")
     cli_sessions.add_parser(sub)
     db_command.add_parser(sub)

@@ -106,10 +106,12 @@ class ChatClient:
             return self._still_running(session, str(request_id))
         return f"no reply within {self.timeout:g}s from {self.base_url}"
 
-    def stream(self, session: str, prompt: str, agent: str | None = None) -> Iterator[str]:
+    def stream(
+        self, session: str, prompt: str, agent: str | None = None, **extra: Any
+    ) -> Iterator[str]:
         """Send a turn and yield the reply's text chunks as the agent produces them."""
         headers = {"Accept": "text/event-stream"}
-        body = self._body(session, prompt, agent)
+        body = self._body(session, prompt, agent) | extra
         request_id = ""
         try:
             with self._http.stream("POST", "/api/v1/chat", json=body, headers=headers) as r:
@@ -123,6 +125,25 @@ class ChatClient:
             raise ChatError(f"no reply within {self.timeout:g}s from {self.base_url}") from exc
         except httpx.HTTPError as exc:
             raise ChatError(self._unreachable(exc)) from exc
+
+    def cancel(self, session: str, request_id: str) -> str:
+        """Cancel turn ``request_id`` of ``session``; a line saying how it ended.
+
+        Raises:
+            ChatError: the turn is unknown (or another identity's), had already answered, or
+                the server could not be reached or cannot cancel.
+        """
+        path = f"/api/v1/chat/{quote(session, safe='')}/cancel"
+        try:
+            response = self._http.post(path, params={"request_id": request_id})
+        except httpx.HTTPError as exc:
+            raise ChatError(self._unreachable(exc)) from exc
+        doc = _json(response)
+        if response.status_code == 200:
+            return f"{doc.get('status', 'CANCELLED').lower()}: {request_id}"
+        if response.status_code == 202:
+            return f"cancel requested: {request_id} has not answered yet; poll it for CANCELLED"
+        raise ChatError(f"{doc.get('error', response.status_code)}: {doc.get('message', '')}")
 
     def _unreachable(self, exc: httpx.HTTPError) -> str:
         return f"cannot reach the server at {self.base_url}: {exc}"
@@ -190,15 +211,17 @@ def one_turn(
     stream: bool,
     asynchronous: bool,
     out: IO[str] = sys.stdout,
+    **extra: Any,
 ) -> None:
-    """Send one turn and print its reply (chunk by chunk when streaming)."""
+    """Send one turn and print its reply (chunk by chunk when streaming); ``extra`` fields
+    travel in the body (``multitask_strategy``, or fields for the agent)."""
     if stream:
-        for delta in client.stream(session, prompt, agent):
+        for delta in client.stream(session, prompt, agent, **extra):
             out.write(delta)
             out.flush()
         out.write("\n")
     else:
-        out.write(client.ask(session, prompt, agent, asynchronous) + "\n")
+        out.write(client.ask(session, prompt, agent, asynchronous, **extra) + "\n")
     out.flush()
 
 
@@ -210,6 +233,7 @@ def interactive(
     stream: bool,
     lines: IO[str] = sys.stdin,
     out: IO[str] = sys.stdout,
+    **extra: Any,
 ) -> None:
     """Read a line, send it, print the reply, repeat until end of input (or an empty ``/quit``)."""
     for line in lines:
@@ -219,6 +243,8 @@ def interactive(
         if not prompt:
             continue
         try:
-            one_turn(client, session, prompt, agent, stream=stream, asynchronous=False, out=out)
+            one_turn(
+                client, session, prompt, agent, stream=stream, asynchronous=False, out=out, **extra
+            )
         except ChatError as exc:
             print(f"error: {exc}", file=sys.stderr)

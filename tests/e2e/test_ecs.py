@@ -32,13 +32,16 @@ APP_MAX_RECEIVE = 2
 class EcsDeployment(Deployment):
     """Queues (input with a redrive policy to a DLQ), a table, the guide's two entry files."""
 
-    def __init__(self, moto_url: str, long_poll: int = 1) -> None:
+    def __init__(
+        self, moto_url: str, long_poll: int = 1, extra_env: dict[str, str] | None = None
+    ) -> None:
         super().__init__(
             {
                 **servers.aws_env(moto_url),
                 "AK_EXECUTION__QUEUES__SQS__WAIT_TIME_SECONDS": str(long_poll),
                 # the lease every receive asks for (the product default is 30 s)
                 "AK_EXECUTION__QUEUES__SQS__VISIBILITY_TIMEOUT": "3",
+                **(extra_env or {}),
             }
         )
         tag = self.tag
