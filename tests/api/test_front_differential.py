@@ -178,6 +178,54 @@ CASES = [
 ]
 
 
+def stopped(session: str, request_id: str, owner: str | None) -> Callable[[Any], None]:
+    doc = {"error": "CANCELLED", "message": "x", "session_id": session, "request_id": request_id}
+    return lambda store: store.put(ResponseRecord(request_id, session, 409, doc, owner))
+
+
+CANCEL = "/api/v1/chat/s1/cancel"
+RID = {"request_id": "c" * 32}
+CASES += [
+    Case("cancel without request_id", "POST", CANCEL),
+    Case("cancel of an unknown turn", "POST", CANCEL, query=RID),
+    Case(
+        "cancel of a finished turn",
+        "POST",
+        CANCEL,
+        query=RID,
+        before=reply("s1", "c" * 32, "alice"),
+    ),
+    Case(
+        "cancel of a cancelled turn",
+        "POST",
+        CANCEL,
+        query=RID,
+        before=stopped("s1", "c" * 32, "alice"),
+    ),
+    Case(
+        "cancel of another identity's turn",
+        "POST",
+        CANCEL,
+        query=RID,
+        before=ticket("s1", "c" * 32, "bob"),
+    ),
+    Case(
+        "cancel without a session store",
+        "POST",
+        CANCEL,
+        query=RID,
+        before=ticket("s1", "c" * 32, "alice"),
+    ),
+    Case(
+        "reject without a session store",
+        "POST",
+        "/api/v1/chat",
+        chat(multitask_strategy="reject"),
+        ASYNC,
+    ),
+]
+
+
 def config(identity: str | None) -> AKConfig:
     base = AKConfig.load()
     keys = [{"user": u, "key": k} for u, k in KEYS.items()]
@@ -298,6 +346,14 @@ def test_the_corpus_covers_what_callers_meet() -> None:
     assert codes["GET of a pending turn"] == "PENDING"
     assert codes["GET of another identity's pending turn"] == "NOT_FOUND"
     assert seen["GET of a reply"][0] == 200
+    assert seen["cancel without request_id"][0] == 400
+    assert codes["cancel of an unknown turn"] == "NOT_FOUND"
+    assert codes["cancel of another identity's turn"] == "NOT_FOUND"
+    assert codes["cancel of a finished turn"] == "ALREADY_FINISHED"
+    assert seen["cancel of a cancelled turn"][0] == 200
+    assert seen["cancel of a cancelled turn"][1]["status"] == "CANCELLED"
+    assert codes["cancel without a session store"] == "TURN_CONTROL_UNAVAILABLE"
+    assert codes["reject without a session store"] == "TURN_CONTROL_UNAVAILABLE"
     for name in (
         "GET of a reply under another session",
         "GET of another identity's reply",

@@ -77,8 +77,8 @@ class TurnControlAPI:
         """Open the turn under its session and apply its multitask strategy, before it is
         enqueued.
 
-        A turn refused by ``reject`` gets its 409 as its stored reply too (a poll of it then
-        says so rather than ``PENDING``).
+        A turn refused here (``reject``, or a strategy this process cannot apply) gets its
+        refusal as its stored reply too: a poll of it then says so rather than ``PENDING``.
 
         Raises:
             HTTPError: 409 ``SESSION_BUSY`` (reject), 501 when a strategy other than
@@ -89,7 +89,9 @@ class TurnControlAPI:
         signals, turn = self.signals(), TurnAddress(chat.session_id, request_id)
         if signals is None:
             if strategy is not MultitaskStrategy.ENQUEUE:
-                raise _unsupported(turn)
+                refusal = _unsupported(turn)
+                await self._keep_refusal(turn, refusal, owner)
+                raise refusal
             return
         key = session_key(chat.session_id, owner)
         try:
