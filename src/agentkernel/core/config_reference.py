@@ -6,6 +6,7 @@ field; a test fails when the committed page is out of date.
 
 from __future__ import annotations
 
+import enum
 import json
 from typing import Any
 
@@ -39,6 +40,8 @@ store or session) are read as `redis` (Valkey speaks the Redis protocol; `valkey
 
 
 def _type_name(annotation: Any) -> str:
+    if isinstance(annotation, type) and issubclass(annotation, enum.Enum):
+        return f"Literal{[member.value for member in annotation]}"
     text = str(annotation).replace("typing.", "").replace("NoneType", "None")
     return text.replace("<class '", "").replace("'>", "")
 
