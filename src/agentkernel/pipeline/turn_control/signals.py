@@ -26,7 +26,7 @@ import json
 import threading
 import time
 from abc import ABC, abstractmethod
-from collections.abc import Collection
+from collections.abc import Callable, Collection
 from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
@@ -139,6 +139,14 @@ class TurnSignals(ABC):
     def forget_session(self, key: str) -> None:
         """Drop the session's open turns (the session is being erased)."""
 
+    def listen(self, callback: Callable[[str, Stop], None]) -> bool:
+        """Call ``callback(request_id, stop)`` (from any thread) whenever a stop is asked here,
+        besides answering :meth:`stops`.
+
+        Returns whether this backend does (the default: no; runners then only poll).
+        """
+        return False
+
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise when the backend is unreachable."""
 
@@ -155,6 +163,11 @@ class InMemoryTurnSignals(TurnSignals):
         self._stops: dict[str, tuple[float, Stop]] = {}  # request id -> (expiry, stop)
         self._lock = threading.Lock()
         self._calls = 0
+        self._listeners: list[Callable[[str, Stop], None]] = []
+
+    def listen(self, callback: Callable[[str, Stop], None]) -> bool:
+        self._listeners.append(callback)
+        return True
 
     def open(self, key: str, request_id: str, *, exclusive: bool = False) -> list[str]:
         now = time.monotonic()
@@ -177,7 +190,9 @@ class InMemoryTurnSignals(TurnSignals):
             if stop.kind is StopKind.SUPERSEDE and entry is not None and entry[1]:
                 return None
             self._stops[request_id] = (now + self.ttl, stop)
-            return stop
+        for listener in self._listeners:
+            listener(request_id, stop)
+        return stop
 
     def start(self, key: str, request_id: str) -> Stop | None:
         now = time.monotonic()

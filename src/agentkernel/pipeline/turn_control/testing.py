@@ -203,5 +203,17 @@ class TurnSignalsContract:
         for stop in (Stop(StopKind.CANCEL), Stop(StopKind.SUPERSEDE, by="r-ü")):
             assert Stop.decode(stop.encode()) == stop
 
+    def test_a_listener_hears_every_stop_that_holds(self) -> None:
+        signals, key, rid = self.make_signals(), _id("s"), _id()
+        heard: list[tuple[str, Stop]] = []
+        if not signals.listen(lambda request_id, stop: heard.append((request_id, stop))):
+            return  # this backend does not push: runners poll it (the other cases)
+        stop = Stop(StopKind.CANCEL)
+        signals.stop(key, rid, stop)
+        deadline = time.monotonic() + 2
+        while not heard and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert heard == [(rid, stop)]
+
     def test_ping_answers(self) -> None:
         self.make_signals().ping()

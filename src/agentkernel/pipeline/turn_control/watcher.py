@@ -3,7 +3,8 @@
 Each event loop that runs turns gets one polling task while it runs any: every
 ``interval`` seconds it asks :meth:`TurnSignals.stops` about all of its turns in one call and
 resolves the future of each turn asked to stop. The task ends when the loop's last turn ends,
-so an idle runner makes no calls.
+so an idle runner makes no calls. Signals that push their stops (:meth:`TurnSignals.listen`, the
+in-memory ones of ``agentkernel serve``) reach the turn at once, the poll staying as a backstop.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class StopWatcher:
             weakref.WeakKeyDictionary()
         )
         self._log = RateLimitedLog(logger)
+        signals.listen(self._pushed)
+
+    def _pushed(self, request_id: str, stop: Stop) -> None:
+        """A stop pushed by the signals, from any thread: resolved on each loop running it."""
+        for loop, state in list(self._loops.items()):
+            if request_id in state.turns and not loop.is_closed():
+                loop.call_soon_threadsafe(_resolve, state, request_id, stop)
 
     @contextlib.asynccontextmanager
     async def watching(self, request_id: str) -> AsyncIterator[asyncio.Future[Stop]]:
@@ -85,8 +93,12 @@ class StopWatcher:
                     )
                     continue
                 for request_id, stop in found.items():
-                    for stopped in state.turns.get(request_id, []):
-                        if not stopped.done():
-                            stopped.set_result(stop)
+                    _resolve(state, request_id, stop)
         finally:
             state.task = None
+
+
+def _resolve(state: _LoopTurns, request_id: str, stop: Stop) -> None:
+    for stopped in state.turns.get(request_id, []):
+        if not stopped.done():
+            stopped.set_result(stop)
