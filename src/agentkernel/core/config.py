@@ -64,6 +64,7 @@ from agentkernel.core.config_env import describe_unparsable, variable_for
 from agentkernel.core.config_kafka import share_bookkeeping
 from agentkernel.core.config_limits import LimitsConfig
 from agentkernel.core.config_rules import check_reply_ttl
+from agentkernel.core.config_webhooks import WebhooksConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
 from agentkernel.core.upstream import closest_key, drop_upstream_keys
@@ -93,6 +94,7 @@ __all__ = [
     "ResponseStoreConfig",
     "SQSQueueConfig",
     "WebSocketConfig",
+    "WebhooksConfig",
     "require_extra",
 ]
 
@@ -266,6 +268,9 @@ class ApiConfig(_Block):
     )
     auth: AuthConfig = Field(default_factory=AuthConfig, description="Authentication.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Limits (429, 408).")
+    webhooks: WebhooksConfig = Field(
+        default_factory=WebhooksConfig, description="Completion webhooks (off without a secret)."
+    )
     access_log: bool = Field(
         False,
         description="Log one line per request and WebSocket connection (logger "

@@ -58,6 +58,13 @@ class ChatRequest(BaseModel):
         description="Send the reply as chunks while the agent produces them (set by SSE and "
         "WebSocket clients).",
     )
+    webhook: str | None = Field(
+        None,
+        description="An https URL the service POSTs the turn's final reply to, signed, when "
+        "the turn ends (any outcome); hosts are limited by api.webhooks. See "
+        "docs/turn-control.md, 'Completion webhooks'.",
+        json_schema_extra={"format": "uri", "maxLength": 2048},
+    )
 
 
 class HTTPError(Exception):
@@ -164,7 +171,8 @@ def check_idempotency_key(idempotency_key: str) -> str:
 def fingerprint(chat: ChatRequest) -> str:
     """A digest of what the turn asks for (every field but ``stream``, which only says how the
     reply travels), so a retry under the same ``Idempotency-Key`` can be told from a new turn."""
-    content = chat.model_dump(mode="json", exclude={"stream"})
+    unset = {"webhook"} if chat.webhook is None else set()  # fingerprints from before it
+    content = chat.model_dump(mode="json", exclude={"stream"} | unset)
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 

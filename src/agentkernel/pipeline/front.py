@@ -61,6 +61,7 @@ from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.sessions import SessionsAPI
 from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.webhooks.intake import WebhookCheck
 
 __all__ = [
     "CHAT_PATH",
@@ -105,6 +106,7 @@ class ChatFront:
         self._waiters_lock = threading.Lock()
         self._released = False
         self.quota = IdentityQuota(store, self.config.api.limits)
+        self.webhooks = WebhookCheck(self.config.api.webhooks)
         self.session_ops = SessionsAPI(sessions, store, self.quota)
         #: What ``GET /ready`` checks beside the broker (an embedded runner adds its sessions).
         self.stores: dict[str, CheckedStore] = {"response_store": store}
@@ -315,6 +317,7 @@ class ChatFront:
 
     async def _admit(self, chat: ChatRequest, turn: TurnAddress, owner: str | None) -> None:
         """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
+        await self.webhooks.check(chat)  # 400 for a webhook this deployment will not call
         try:
             if self.quota.counts(owner):  # no thread hop for a turn nobody counts
                 quota = self.quota.admit
