@@ -318,3 +318,30 @@ def test_openapi_documents_the_field(serve: Callable[..., Server]) -> None:
     schema = spec["paths"][CHAT]["post"]["requestBody"]["content"]["application/json"]["schema"]
     assert "webhook" in json.dumps(schema)
     assert "INVALID_WEBHOOK" in spec["paths"][CHAT]["post"]["responses"]["400"]["description"]
+
+
+def test_turns_an_embedded_server_abandons_at_shutdown_are_posted(
+    receivers: Callable[[list[int]], Receiver],
+) -> None:
+    """The running turn cut short and the one still queued behind it: both answered 503
+    SHUTTING_DOWN, and both webhooks sent while the process stops."""
+    METRICS.reset()
+    receiver = receivers([200])
+    config = make_config(webhooks=dev())
+    runner = config.execution.runner.model_copy(update={"drain_timeout": 0.3})
+    config = config.model_copy(
+        update={"execution": config.execution.model_copy(update={"runner": runner})}
+    )
+    server = Server(IOHandler(config, registry(), with_runner=True))
+    try:
+        async_ = {"Prefer": "respond-async"}
+        slow = {"session_id": "bye", "prompt": "p", "agent": "slow", "seconds": 5}
+        for body in (slow, {"session_id": "bye", "prompt": "q", "agent": "echo"}):
+            answer = server.client.post(CHAT, json=body | {"webhook": receiver.url}, headers=async_)
+            assert answer.status_code == 202
+        time.sleep(0.3)  # the slow turn is running, the other waits behind it
+    finally:
+        server.close()
+    posts = receiver.wait(2, timeout=5)
+    docs = [json.loads(post.body) for post in posts]
+    assert [(d["status_code"], d["body"]["error"]) for d in docs] == [(503, "SHUTTING_DOWN")] * 2
