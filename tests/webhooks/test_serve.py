@@ -3,6 +3,7 @@ broker (Redis), and refused at the fronts (HTTP and WebSocket) when they may not
 
 from __future__ import annotations
 
+import hashlib
 import json
 import time
 import uuid
@@ -15,7 +16,7 @@ import websockets.sync.client as ws_client
 
 from agentkernel.core.config import RedisQueueConfig
 from agentkernel.core.config_webhooks import WebhooksConfig
-from agentkernel.pipeline.chat import ChatRequest, turn_message
+from agentkernel.pipeline.chat import ChatRequest, fingerprint, turn_message
 from agentkernel.pipeline.envelope import (
     ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
@@ -27,7 +28,7 @@ from agentkernel.pipeline.envelope import (
 )
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.process.metrics import METRICS
-from agentkernel.pipeline.replies import reply_message
+from agentkernel.pipeline.replies import ChatTurnBody, reply_message
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.sqs import MAX_ATTRIBUTES, encode_attributes
@@ -345,3 +346,24 @@ def test_turns_an_embedded_server_abandons_at_shutdown_are_posted(
     posts = receiver.wait(2, timeout=5)
     docs = [json.loads(post.body) for post in posts]
     assert [(d["status_code"], d["body"]["error"]) for d in docs] == [(503, "SHUTTING_DOWN")] * 2
+
+
+def test_the_agent_does_not_see_the_webhook_and_old_fingerprints_hold() -> None:
+    chat = ChatRequest(session_id="s", prompt="p", webhook="https://hooks.example.com/x")
+    body = ChatTurnBody.model_validate_json(turn_message(chat, "r", {}).body)
+    assert body.webhook == "https://hooks.example.com/x" and body.model_extra == {}
+    plain = ChatRequest(session_id="s", prompt="p")
+    before = {"agent": None, "prompt": "p", "session_id": "s"}  # what was hashed until now
+    text = json.dumps(before, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    assert fingerprint(plain) == hashlib.sha256(text.encode()).hexdigest()
+    assert fingerprint(chat) != fingerprint(plain)
+
+
+def test_an_idempotent_retry_must_name_the_same_webhook(serve: Callable[..., Server]) -> None:
+    server = serve(dev())
+    headers = {"Idempotency-Key": "k-1", "Prefer": "respond-async"}
+    first = {"session_id": "idem", "prompt": "p"}
+    assert server.client.post(CHAT, json=first, headers=headers).status_code == 202
+    again = first | {"webhook": "http://127.0.0.1:9/other"}
+    answer = server.client.post(CHAT, json=again, headers=headers)
+    assert (answer.status_code, answer.json()["error"]) == (422, "IDEMPOTENCY_KEY_REUSED")

@@ -93,7 +93,7 @@ class WebhookDispatcher:
 
     def __init__(self, config: WebhooksConfig, tls: ssl.SSLContext | None = None) -> None:
         self.config = config
-        self._tls = tls if tls is not None else ssl.create_default_context()
+        self._tls = tls  # made on the first https POST: loading the CAs costs a cold start
         self._timeouts = Timeouts(config.connect_timeout, config.read_timeout)
         self._heap: list[_Delivery] = []
         self._busy = 0
@@ -231,6 +231,8 @@ class WebhookDispatcher:
             self._finish(delivery, "failed")
             return
         delivery.prepare()
+        if self._tls is None:
+            self._tls = ssl.create_default_context()
         try:
             answer = post(
                 target, addresses, delivery.body, self._headers(delivery), self._timeouts, self._tls
