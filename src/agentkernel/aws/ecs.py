@@ -31,6 +31,7 @@ from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import create_response_store
 from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -165,6 +166,7 @@ class ECSOutputConsumer(_FromEnvironment, ResponseHandler):
             transport,
             create_response_store(config.execution.response_store),
             config.execution.queues,
+            WebhookDispatcher(config.api.webhooks),
         )
 
 

@@ -7,6 +7,11 @@ management endpoint) is pushed to the connection with ``PostToConnection`` as a
 it is stored too when a table is configured, so it can be polled. A connection that is gone
 (410) is forgotten and its messages are not retried. A final frame that reached its connection
 is the caller reading the reply: its turn no longer counts against the identity's unread quota.
+
+A final reply that names a webhook is POSTed there from background threads while the batch
+runs; the invocation then waits for those deliveries (retries included) before it returns, up
+to ``api.webhooks.max_delivery_seconds`` and never past the function's own deadline less
+:data:`WEBHOOK_MARGIN_SECONDS`: a frozen execution environment sends nothing.
 """
 
 from __future__ import annotations
@@ -42,11 +47,14 @@ from agentkernel.pipeline.response_handler import ResponseHandler as StoreWriter
 from agentkernel.pipeline.response_handler import record_of
 from agentkernel.pipeline.response_store import ResponseStore, create_response_store
 from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
 #: Overrides the management endpoint taken from the event (a local test server, a VPC endpoint).
 ENDPOINT_ENV = "AWS_ENDPOINT_URL_APIGATEWAYMANAGEMENTAPI"
+#: Seconds of the function's time left unused when waiting for webhooks at the end of a batch.
+WEBHOOK_MARGIN_SECONDS = 2.0
 
 
 class ConnectionGone(Exception):
@@ -127,8 +135,9 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         queues: QueuesConfig,
         connections: ConnectionStore | None = None,
         pusher: Pusher | None = None,
+        webhooks: WebhookDispatcher | None = None,
     ) -> None:
-        StoreWriter.__init__(self, transport, store, queues)  # type: ignore[arg-type]
+        StoreWriter.__init__(self, transport, store, queues, webhooks)  # type: ignore[arg-type]
         self.connections = connections
         self.pusher = pusher if pusher is not None else Pusher()
 
@@ -149,6 +158,7 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
                 None
                 if table is None
                 else ConnectionStore(table, config.api.websocket.connection_ttl),
+                webhooks=WebhookDispatcher(config.api.webhooks),
             )
             handler.max_receive_count = config.execution.queues.output.max_receive_count
             cls._instance = handler
@@ -157,7 +167,31 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
     @classmethod
     def handle(cls, event: dict[str, Any], context: Any = None) -> dict[str, Any]:
         """Lambda entry: returns ``{"batchItemFailures": [...]}``."""
-        return cls.instance().handle_batch(event, context)
+        handler = cls.instance()
+        try:
+            return handler.handle_batch(event, context)
+        finally:
+            handler.wait_for_webhooks(context)
+
+    def wait_for_webhooks(self, context: Any = None) -> bool:
+        """Wait for the webhooks this container holds, within the function's time left.
+
+        Returns:
+            whether none is left (those left resume if the container is invoked again).
+        """
+        if self.webhooks is None or not self.webhooks.pending():
+            return True
+        budget = self.webhooks.config.max_delivery_seconds
+        remaining = getattr(context, "get_remaining_time_in_millis", None)
+        if remaining is not None:
+            budget = min(budget, remaining() / 1000 - WEBHOOK_MARGIN_SECONDS)
+        done = self.webhooks.drain(max(budget, 0.0))
+        if not done:
+            logger.warning(
+                "returning with %s webhooks unsent: the function's time is running out",
+                self.webhooks.pending(),
+            )
+        return done
 
     @classmethod
     def reset(cls) -> None:
@@ -168,9 +202,11 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         if self.store is not None and (
             connection is None or ATTR_CHUNK_INDEX not in message.attributes
         ):
-            StoreWriter.process_message(self, message)
+            StoreWriter.process_message(self, message)  # stores it, then hands on its webhook
         if connection is not None:
             self._push(message, connection, self._frame(message))
+            if self.store is None and ATTR_CHUNK_INDEX not in message.attributes:
+                self.notify(message, record_of(message))  # nothing stored: pushed, then posted
 
     @staticmethod
     def _shown_id(message: QueueMessage) -> str | None:

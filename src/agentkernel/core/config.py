@@ -65,6 +65,7 @@ from agentkernel.core.config_kafka import share_bookkeeping
 from agentkernel.core.config_limits import LimitsConfig
 from agentkernel.core.config_rules import check_reply_ttl
 from agentkernel.core.config_turns import MultitaskStrategy, TurnControlConfig
+from agentkernel.core.config_webhooks import WebhooksConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
 from agentkernel.core.upstream import closest_key, drop_upstream_keys
@@ -96,6 +97,7 @@ __all__ = [
     "SQSQueueConfig",
     "TurnControlConfig",
     "WebSocketConfig",
+    "WebhooksConfig",
     "require_extra",
 ]
 
@@ -272,6 +274,9 @@ class ApiConfig(_Block):
     )
     auth: AuthConfig = Field(default_factory=AuthConfig, description="Authentication.")
     limits: LimitsConfig = Field(default_factory=LimitsConfig, description="Limits (429, 408).")
+    webhooks: WebhooksConfig = Field(
+        default_factory=WebhooksConfig, description="Completion webhooks (off without a secret)."
+    )
     access_log: bool = Field(
         False,
         description="Log one line per request and WebSocket connection (logger "

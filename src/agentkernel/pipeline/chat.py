@@ -69,6 +69,13 @@ class ChatRequest(BaseModel):
         "their state so far), rollback (cancel them, keep nothing), coalesce (replace those "
         "not started yet). Default: execution.turn_control.multitask_strategy.",
     )
+    webhook: str | None = Field(
+        None,
+        description="An https URL the service POSTs the turn's final reply to, signed, when "
+        "the turn ends (any outcome); hosts are limited by api.webhooks. See "
+        "docs/turn-control.md, 'Completion webhooks'.",
+        json_schema_extra={"format": "uri", "maxLength": 2048},
+    )
 
 
 class HTTPError(Exception):
@@ -176,7 +183,8 @@ def fingerprint(chat: ChatRequest) -> str:
     """A digest of what the turn asks for (every field but ``stream`` and
     ``multitask_strategy``, which say how it travels, not what it asks), so a retry under the
     same ``Idempotency-Key`` can be told from a new turn."""
-    content = chat.model_dump(mode="json", exclude={"stream", "multitask_strategy"})
+    unset = {"webhook"} if chat.webhook is None else set()  # fingerprints from before it
+    content = chat.model_dump(mode="json", exclude={"stream", "multitask_strategy"} | unset)
     text = json.dumps(content, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
     return hashlib.sha256(text.encode()).hexdigest()
 

@@ -24,6 +24,9 @@ ATTR_ENDPOINT = "ws_endpoint"
 #: The WebSocket client's own id for a turn, echoed in the frames that answer it (forwarded
 #: to the reply; the turn's request id is derived from it per identity).
 ATTR_CLIENT_REQUEST_ID = "ws_client_request_id"
+#: The webhook a turn's final reply is POSTed to: copied by the runner from the INPUT body onto
+#: the final reply only (never onto chunks), where the response handler reads it.
+ATTR_WEBHOOK = "webhook"
 
 
 class QueueName(StrEnum):

@@ -62,6 +62,7 @@ from agentkernel.pipeline.sessions import SessionsAPI
 from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.turn_control.api import TurnControlAPI
+from agentkernel.pipeline.webhooks.intake import WebhookCheck
 
 __all__ = [
     "CHAT_PATH",
@@ -106,6 +107,7 @@ class ChatFront:
         self._waiters_lock = threading.Lock()
         self._released = False
         self.quota = IdentityQuota(store, self.config.api.limits)
+        self.webhooks = WebhookCheck(self.config.api.webhooks)
         self.session_ops = SessionsAPI(sessions, store, self.quota)
         control = self.config.execution.turn_control
         self.turn_ops = TurnControlAPI(store, self._sessions, control, self.quota)
@@ -330,6 +332,7 @@ class ChatFront:
 
     async def _admit(self, chat: ChatRequest, turn: TurnAddress, owner: str | None) -> None:
         """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
+        await self.webhooks.check(chat)  # 400 for a webhook this deployment will not call
         try:
             if self.quota.counts(owner):  # no thread hop for a turn nobody counts
                 quota = self.quota.admit

@@ -20,6 +20,7 @@ from agentkernel.pipeline.envelope import (
     ATTR_STREAM,
     ATTR_TRACEPARENT,
     ATTR_USER_ID,
+    ATTR_WEBHOOK,
     QueueMessage,
 )
 from agentkernel.pipeline.scoping import session_key
@@ -43,6 +44,7 @@ class ChatTurnBody(BaseModel):
     prompt: str
     agent: str | None = None
     stream: bool = False
+    webhook: str | None = None  # for the reply, not the agent (kept out of ``turn.extra``)
 
 
 def error_doc(code: str, message: str, session_id: str, request_id: str) -> dict[str, Any]:
@@ -100,12 +102,33 @@ def first_error(exc: ValidationError) -> str:
 def reply_message(
     turn: QueueMessage, session_id: str, request_id: str, status_code: int, body: str
 ) -> QueueMessage:
-    """The OUTPUT message answering ``turn``: grouped by its session, deduplicated per turn."""
+    """The OUTPUT message answering ``turn``: grouped by its session, deduplicated per turn.
+
+    It carries the turn's webhook, if any, so whoever stores it can POST it there.
+    """
     attributes = reply_attributes(turn, request_id)
     attributes[ATTR_STATUS_CODE] = str(status_code)
+    if (webhook := webhook_of(turn)) is not None:
+        attributes[ATTR_WEBHOOK] = webhook
     return QueueMessage(
         body=body,
         attributes=attributes,
         group_id=session_id or turn.group_id,
         dedup_id=f"{request_id}:reply",
     )
+
+
+def webhook_of(turn: QueueMessage) -> str | None:
+    """The webhook the INPUT body of ``turn`` names, or ``None``.
+
+    The URL travels in the body rather than as an INPUT attribute: SQS allows 10 attributes a
+    message and a WebSocket turn on Lambda already carries 7, so only the final reply (not the
+    turn, not its chunks) spends one on it. A body without the key is not parsed.
+    """
+    if '"webhook"' not in turn.body:
+        return None
+    try:
+        webhook = json.loads(turn.body).get("webhook")
+    except (ValueError, AttributeError):
+        return None
+    return webhook if isinstance(webhook, str) and webhook else None

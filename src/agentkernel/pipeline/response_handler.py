@@ -8,6 +8,10 @@ exhausted its deliveries is still stored as the reply it carries, so an outage l
 retries only delays replies. A message that cannot be decoded (a body that is not a JSON
 object, or one the transport could not decode at all) is answered with an error record when its
 request id is known, so a waiting caller is never left hanging.
+
+A final reply whose message names a webhook (``ATTR_WEBHOOK``) is handed, once stored, to the
+:class:`~agentkernel.pipeline.webhooks.delivery.WebhookDispatcher`, which POSTs it in the
+background; stream chunks never are.
 """
 
 from __future__ import annotations
@@ -28,11 +32,13 @@ from agentkernel.pipeline.envelope import (
     ATTR_REQUEST_ID,
     ATTR_STATUS_CODE,
     ATTR_USER_ID,
+    ATTR_WEBHOOK,
     QueueMessage,
     QueueName,
 )
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -66,14 +72,20 @@ class ResponseHandler(QueueConsumer):
         transport: carries the OUTPUT queue.
         store: where replies are written.
         queues: the ``execution.queues`` settings (OUTPUT's receive limit and back-off).
+        webhooks: posts final replies to the webhooks they name (``None``: none are posted).
     """
 
     def __init__(
-        self, transport: QueueTransport, store: ResponseStore, queues: QueuesConfig
+        self,
+        transport: QueueTransport,
+        store: ResponseStore,
+        queues: QueuesConfig,
+        webhooks: WebhookDispatcher | None = None,
     ) -> None:
         self.transport = transport
         self.store = store
         self.queues = queues
+        self.webhooks = webhooks
 
     def handling(self, on_event_loop: bool = False) -> MessageHandling:
         """What each OUTPUT message goes through.
@@ -122,6 +134,7 @@ class ResponseHandler(QueueConsumer):
             self.on_permanent_failure(message)
             return
         self.store.put(record)
+        self.notify(message, record)
         self._count(record.owner, record.request_id, len(message.body))
 
     def _put_chunk(self, message: QueueMessage, index: str) -> None:
@@ -172,6 +185,7 @@ class ResponseHandler(QueueConsumer):
             )
         else:
             self.store.put(record)
+            self.notify(message, record)
             return
         self._put_error(message, request_id)
 
@@ -190,4 +204,12 @@ class ResponseHandler(QueueConsumer):
             "session_id": session_id,
             "request_id": request_id,
         }
-        self.store.put(ResponseRecord(request_id, session_id, 500, doc))
+        record = ResponseRecord(request_id, session_id, 500, doc)
+        self.store.put(record)
+        self.notify(message, record)
+
+    def notify(self, message: QueueMessage, record: ResponseRecord) -> None:
+        """Hand a stored final reply to its webhook, if it names one; returns at once."""
+        url = message.attributes.get(ATTR_WEBHOOK)
+        if url and self.webhooks is not None and ATTR_CHUNK_INDEX not in message.attributes:
+            self.webhooks.submit(url, record)

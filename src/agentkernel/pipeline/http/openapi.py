@@ -50,6 +50,11 @@ class ErrorDocument(BaseModel):
     session_id: str | None = None
     details: list[FieldError] | None = Field(None, description="INVALID_REQUEST: every field.")
     field: str | None = Field(None, description="INVALID_TEXT: the field with a lone surrogate.")
+    reason: str | None = Field(
+        None,
+        description="INVALID_WEBHOOK: the rule the webhook URL broke (scheme, credentials, "
+        "too_long, malformed, host_not_allowed, address_not_allowed, unresolvable).",
+    )
 
 
 class AgentInfo(BaseModel):
@@ -148,8 +153,9 @@ POST_RESPONSES: dict[int | str, dict[str, Any]] = {
     },
     202: _json(Accepted, "Queued (async): poll the Location header."),
     400: _error(
-        "Body is not a JSON object, or the Idempotency-Key is not 1-255 "
-        "characters (INVALID_IDEMPOTENCY_KEY)."
+        "Body is not a JSON object, the Idempotency-Key is not 1-255 characters "
+        "(INVALID_IDEMPOTENCY_KEY), or the webhook may not be called: INVALID_WEBHOOK (see "
+        "'reason'), or WEBHOOKS_DISABLED when the server has no webhook secret."
     ),
     401: _UNAUTHORIZED,
     404: _error("Unknown agent, or a session of another identity."),

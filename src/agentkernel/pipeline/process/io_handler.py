@@ -14,7 +14,8 @@ Shutdown (SIGTERM/SIGINT) is ordered so nothing in hand is lost and every wait i
    ``HTTP_DRAIN_SECONDS``), takes no new connection (on Linux a connection request then meets
    a closed port when the client sends it again and is refused; one the kernel had already
    queued is still answered, not reset: see :mod:`agentkernel.pipeline.http.listener`) and
-   stops; the clients this handler created are closed (transport, then response store), and the
+   stops; the webhooks still held get up to 2 s to be sent (the rest are counted as dropped),
+   the clients this handler created are closed (transport, then response store), and the
    process exits 0.
 
 On the in-memory transport the runner and the response handler consume on the HTTP server's
@@ -70,6 +71,7 @@ from agentkernel.pipeline.response_store import (
 from agentkernel.pipeline.session_store import create_session_store
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
+from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -114,6 +116,8 @@ class IOHandler:
             self._owned.append(store.close)
         self.transport, self.store = transport, store
         self.registry = registry
+        self.webhooks = WebhookDispatcher(config.api.webhooks)
+        self._owned.insert(0, self.webhooks.close)  # before the clients: it sends, they don't
         if with_runner is None:
             with_runner = execution.queues.type == "in_memory"
         self.api = RequestHandler(self.transport, self.store, self.config, self.registry)
@@ -153,7 +157,8 @@ class IOHandler:
 
     def _output_loop(self) -> ConsumerLoop | InLoopConsumer:
         """Stopped by the shutdown sequence, after the runner, not by the shutdown itself."""
-        handler = ResponseHandler(self.transport, self.store, self.config.execution.queues)
+        queues = self.config.execution.queues
+        handler = ResponseHandler(self.transport, self.store, queues, self.webhooks)
         if self._local_queue and self.store.nonblocking:
             handling = handler.handling(on_event_loop=True)
             return self._in_loop(handling, QueueName.OUTPUT, OUTPUT_IN_FLIGHT, OUTPUT_DRAIN_SECONDS)
@@ -301,6 +306,7 @@ class IOHandler:
             runner_loop=self.runner_loop,
             owned=self._owned,
             http_done=self._http_done,
+            webhooks=self.webhooks,
         ).run()
 
     def _sample_depth(self) -> None:

@@ -121,3 +121,17 @@ METRICS.describe(
 )
 METRICS.describe("agentkernel_queue_depth", "gauge", "Messages waiting on a queue (when known).")
 METRICS.describe("agentkernel_http_requests_total", "counter", "HTTP chat requests by status.")
+METRICS.describe(
+    "agentkernel_webhook_deliveries_total",
+    "counter",
+    "Completion webhooks by outcome: delivered, retried (each retry scheduled), failed (refused, "
+    "a final answer, or out of time), dropped (backlog full, or the process stopped).",
+)
+METRICS.describe(
+    "agentkernel_webhook_delivery_seconds",
+    "histogram",
+    "Seconds from a reply's arrival to its webhook's last attempt, by outcome.",
+)
+METRICS.describe(
+    "agentkernel_webhooks_pending", "gauge", "Webhooks held: being sent or waiting to be retried."
+)

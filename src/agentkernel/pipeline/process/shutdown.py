@@ -22,10 +22,12 @@ from agentkernel.pipeline.consumer.redelivery import STOP_CHECK_SECONDS
 from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections
 from agentkernel.pipeline.process.thread_runner import close_in_order
-from agentkernel.pipeline.replies import error_doc
+from agentkernel.pipeline.replies import error_doc, webhook_of
 from agentkernel.pipeline.request_handler import RequestHandler
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.webhooks.delivery import DRAIN_SECONDS as WEBHOOK_DRAIN_SECONDS
+from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 
@@ -56,7 +58,7 @@ def shutdown_budget(config: AKConfig, with_runner: bool) -> float:
     runner = config.execution.runner.drain_timeout if with_runner else 0.0
     steps = [runner, OUTPUT_DRAIN_SECONDS, config.api.shutdown_timeout, fetch_wait(config)]
     steps += [OUTPUT_DRAIN_SECONDS, HTTP_DRAIN_SECONDS, LISTENER_DRAIN_SECONDS]
-    steps += [HTTP_DRAIN_SECONDS]
+    steps += [HTTP_DRAIN_SECONDS, WEBHOOK_DRAIN_SECONDS]
     return sum(steps) + len(steps) * STEP_MARGIN_SECONDS
 
 
@@ -67,6 +69,8 @@ class ShutdownOrder:
     Args:
         owned: ``close`` callables of the clients the process created, closed last.
         http_done: set once the HTTP server's thread has ended.
+        webhooks: where the answer of a turn abandoned at shutdown is POSTed, when it names a
+            webhook.
     """
 
     config: AKConfig
@@ -78,6 +82,7 @@ class ShutdownOrder:
     runner_loop: Loop | None
     owned: list[Callable[[], None]]
     http_done: threading.Event
+    webhooks: WebhookDispatcher | None = None
 
     def run(self) -> None:
         """Runner first, then the replies it produced, then the API, then the clients."""
@@ -170,10 +175,14 @@ class ShutdownOrder:
             else "the server stopped before this turn could run; send it again"
         )
         doc = error_doc("SHUTTING_DOWN", text, session_id, request_id)
+        record = ResponseRecord(request_id, session_id, 503, doc)
         try:
-            self.store.put(ResponseRecord(request_id, session_id, 503, doc))
+            self.store.put(record)
         except Exception:
             logger.warning("could not store the 503 of request %s", request_id, exc_info=True)
+            return
+        if self.webhooks is not None and (url := webhook_of(message)) is not None:
+            self.webhooks.submit(url, record)  # sent while the clients close, within its drain
 
 
 def fetch_wait(config: AKConfig) -> float:
