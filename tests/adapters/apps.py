@@ -7,6 +7,7 @@ from __future__ import annotations
 import os
 from typing import Any
 
+import httpx
 from agents import Agent as SDKAgent
 from agents import OpenAIResponsesModel, function_tool
 from langchain_core.tools import tool
@@ -68,6 +69,22 @@ def helper_graph() -> Any:
     builder.add_conditional_edges("chat", tools_condition)
     builder.add_edge("tools", "chat")
     return builder.compile(name="helper")
+
+
+def async_helper_graph() -> Any:
+    """``helper`` with an async model node and a client of its own: a cancelled turn aborts
+    its model call (a sync node's call runs on a thread to its end)."""
+    client = httpx.AsyncClient(timeout=10)  # LangChain's shared default is bound to one loop
+    llm = ChatOpenAI(model="fake-model", max_retries=0, timeout=10, http_async_client=client)
+
+    async def chat(state: MessagesState) -> dict[str, Any]:
+        reply = await llm.ainvoke([("system", "Helper. Kind."), *state["messages"]])
+        return {"messages": [reply]}
+
+    builder = StateGraph(MessagesState)
+    builder.add_node("chat", chat)
+    builder.add_edge(START, "chat")
+    return builder.compile(name="helper_async")
 
 
 def register(registry: AgentRegistry | None = None) -> AgentRegistry:

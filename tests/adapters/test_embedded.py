@@ -6,11 +6,16 @@ LangChain ``ChatOpenAI`` model (Chat Completions API); see ``apps.py``."""
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
 
 import pytest
 
+from agentkernel import AgentRegistry
+from agentkernel.langgraph import LangGraphModule
+from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.testing.fake_openai import FakeOpenAI
-from tests.api.conftest import Server
+from tests.adapters.apps import async_helper_graph, register
+from tests.api.conftest import Server, make_config
 
 from .conftest import answer, ask, new_session, stream
 
@@ -124,3 +129,37 @@ def test_refused_and_malformed_answers_are_clear_errors_not_retried(
     assert (frames[-1]["done"], frames[-1]["error"]) == (True, "AGENT_ERROR")
     assert message in frames[-1]["message"]
     assert "(1 messages" in answer(ask(c, s, agent, "ok"))
+
+
+@pytest.fixture
+def cancel_server(model: FakeOpenAI) -> Iterator[Server]:
+    """The OpenAI agents, and a LangGraph graph whose model node is async."""
+    registry = register(AgentRegistry())
+    LangGraphModule([async_helper_graph()], registry=registry)
+    server = Server(IOHandler(make_config(), registry=registry, with_runner=True))
+    yield server
+    server.close()
+
+
+@pytest.mark.parametrize("agent", ["triage", "helper_async"])
+def test_a_cancel_aborts_the_model_call(
+    cancel_server: Server, model: FakeOpenAI, agent: str
+) -> None:
+    c, s = cancel_server.client, new_session()
+    body = {"session_id": s, "prompt": "think hard [fake:slow]", "agent": agent}
+    posted = c.post("/api/v1/chat", json=body, headers={"Prefer": "respond-async"})
+    rid = posted.json()["request_id"]
+    deadline = time.monotonic() + 10
+    while not model.requests and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert model.requests, "the model was never called"
+    sent = time.time()
+    cancelled = c.post(f"/api/v1/chat/{s}/cancel", params={"request_id": rid})
+    assert cancelled.status_code == 200, cancelled.text
+    deadline = time.monotonic() + 3
+    while not model.abandoned and time.monotonic() < deadline:
+        time.sleep(0.01)
+    assert model.abandoned, "the model call went on after the cancel"
+    assert model.abandoned[0] - sent < 1.5
+    assert len(model.requests) == 1  # not retried
+    assert "You said: still" in answer(ask(c, s, agent, "still there?"))

@@ -65,6 +65,8 @@ class FakeOpenAI:
         self.slow_seconds = slow_seconds
         self.chunk_delay = chunk_delay
         self.requests: list[dict[str, Any]] = []  # bodies received, oldest first
+        #: Wall-clock times at which a client gave up on a ``slow`` answer (closed its request).
+        self.abandoned: list[float] = []
         self._failures: list[str] = []
         self._lock = threading.Lock()
         self._ids = itertools.count(1)
@@ -137,7 +139,7 @@ class FakeOpenAI:
     async def _responses(self, request: Request) -> Response:
         body = await request.json()
         conversation = _responses_conversation(body)
-        failed = await self._failure(body, conversation)
+        failed = await self._failure(body, conversation, request)
         if failed is not None:
             return failed
         result, model = answer(conversation), str(body.get("model") or "fake-model")
@@ -149,7 +151,7 @@ class FakeOpenAI:
     async def _chat(self, request: Request) -> Response:
         body = await request.json()
         conversation = _chat_conversation(body)
-        failed = await self._failure(body, conversation)
+        failed = await self._failure(body, conversation, request)
         if failed is not None:
             return failed
         result, model = answer(conversation), str(body.get("model") or "fake-model")
@@ -159,7 +161,9 @@ class FakeOpenAI:
             return self._sse(_chat_chunks(result, model, n, usage), done_marker=True)
         return JSONResponse(_chat_doc(result, model, n))
 
-    async def _failure(self, body: dict[str, Any], conversation: Conversation) -> Response | None:
+    async def _failure(
+        self, body: dict[str, Any], conversation: Conversation, request: Request
+    ) -> Response | None:
         """Record the request and answer it with a failure if one is due."""
         with self._lock:
             self.requests.append(body)
@@ -168,6 +172,10 @@ class FakeOpenAI:
         if mode == "slow":
             deadline = time.monotonic() + self.slow_seconds
             while time.monotonic() < deadline and not self._stopping.is_set():
+                if await request.is_disconnected():  # the caller cancelled its model call
+                    with self._lock:
+                        self.abandoned.append(time.time())
+                    return PlainTextResponse("", 499)
                 await asyncio.sleep(0.05)
             return None
         if mode == "malformed" and body.get("stream"):
