@@ -7,6 +7,8 @@ says what was wrong, and no log line (access log, the server's own lines at DEBU
 
 from __future__ import annotations
 
+import contextlib
+import io
 import json
 import logging
 import time
@@ -22,6 +24,7 @@ from agentkernel.pipeline.http import subprotocols
 from agentkernel.pipeline.http.subprotocols import PROTOCOL, SubprotocolError, encode
 
 from .conftest import Server
+from .test_docs_snippets import snippet
 
 test_auth = pytest.importorskip("tests.api.test_auth", reason="JWT support needs the 'auth' extra")
 KEYS, SECRET, start, token = test_auth.KEYS, test_auth.SECRET, test_auth.start, test_auth.token
@@ -317,3 +320,13 @@ def test_a_subprotocol_credential_never_reaches_a_log_line(
     for secret in secrets:
         for text in (secret, encode("key", secret).rsplit(".", 1)[1]):
             assert not any(text in m for m in messages), text
+
+
+def test_the_documented_client_runs_as_written(server: Server) -> None:
+    code = snippet("authentication.md", "ws-subprotocol")
+    code = code.replace("ws://127.0.0.1:8000", ws_url(server).removesuffix("/ws"))
+    code = code.replace('"my-api-key"', repr(KEYS["alice"]))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out):
+        exec(compile(code, "authentication.md", "exec"), {})
+    assert out.getvalue().splitlines() == [PROTOCOL, '["hi"]']
