@@ -42,6 +42,8 @@ _SECRET_HEADER = re.compile(
     r"^([<>] (?:authorization|proxy-authorization|x-api-key|cookie|set-cookie):).*",
     re.IGNORECASE | re.DOTALL,
 )
+#: Formats a traceback to mask it (as any handler would print it).
+_FORMATTER = logging.Formatter()
 #: A credential subprotocol (:mod:`.subprotocols`), wherever a line names it.
 _CREDENTIAL_PROTOCOL = re.compile(re.escape(AUTH_PREFIX) + r"((?:key|bearer)\.)?[^,\r\n]*")
 
@@ -71,9 +73,6 @@ class ServerLogFilter(logging.Filter):
             if masked != text:  # formatters print exc_text when there is no exc_info
                 record.exc_info, record.exc_text = None, masked
         return True
-
-
-_FORMATTER = logging.Formatter()
 
 
 def protect_server_logs() -> None:

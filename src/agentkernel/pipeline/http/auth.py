@@ -5,14 +5,13 @@ header against ``api.auth.api_keys``, or an ``Authorization: Bearer`` token (the
 handshake may pass it as ``?token=``) against the JWT settings or a custom validator. A browser's
 WebSocket handshake may offer either one as a subprotocol instead (:mod:`.subprotocols`), checked
 as the header it stands for; one that disagrees with another credential of the same handshake is
-refused. A missing
-or refused credential answers 401 with ``WWW-Authenticate``, the WebSocket handshake included
-(``?token=`` is read on the handshake only, never on plain HTTP routes). The caller's identity
-(its scheme, issuer and user id: ``key:alice``, ``jwt:<issuer>:alice``; see
-:func:`agentkernel.auth.qualified_identity`, mapped through ``api.auth.aliases``) is then
-available to the routes as :data:`IDENTITY`, and when the credential expires as
-:data:`EXPIRES_AT` (the WebSocket closes then). Tokens and keys are never logged, and a user id
-with control characters is refused.
+refused. A missing or refused credential answers 401 with ``WWW-Authenticate``, the WebSocket
+handshake included (``?token=`` and subprotocols are read on the handshake only, never on plain
+HTTP routes). The caller's identity (its scheme, issuer and user id: ``key:alice``,
+``jwt:<issuer>:alice``; see :func:`agentkernel.auth.qualified_identity`, mapped through
+``api.auth.aliases``) is then available to the routes as :data:`IDENTITY`, and when the
+credential expires as :data:`EXPIRES_AT` (the WebSocket closes then). Tokens and keys are never
+logged, and a user id with control characters is refused.
 """
 
 from __future__ import annotations
