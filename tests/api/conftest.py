@@ -41,6 +41,14 @@ async def flaky(turn):  # type: ignore[no-untyped-def]
     raise RetryableError("rate limited")
 
 
+async def once(turn):  # type: ignore[no-untyped-def]
+    """Refuses its first delivery with a RetryableError, then streams its answer."""
+    if turn.attempt == 1:
+        raise RetryableError("rate limited, once")
+    yield "answered "
+    yield "late"
+
+
 async def trace(turn):  # type: ignore[no-untyped-def]
     return turn.traceparent
 
@@ -57,6 +65,7 @@ def registry() -> AgentRegistry:
         ("slow", slow),
         ("broken", broken),
         ("flaky", flaky),
+        ("once", once),
         ("words", words),
         ("trace", trace),
     ):

@@ -21,6 +21,7 @@ from websockets.exceptions import InvalidStatus
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.core.config import AuthConfig
+from agentkernel.pipeline.http import subprotocols
 from agentkernel.pipeline.process.io_handler import IOHandler
 
 from .conftest import Server, make_config, poll
@@ -394,11 +395,18 @@ def test_a_refusal_says_what_was_wrong(
         401,
         {"error": "UNAUTHORIZED", "message": said},
     )
-    if credential is not None and "X-API-Key" in credential:
-        return  # the handshake takes a token in the query, not a key
+    url = server.url.replace("http://", "ws://") + "/ws"
     given = (credential or {}).get("Authorization", "").removeprefix("Bearer ")
-    url = server.url.replace("http://", "ws://") + "/ws" + (f"?token={given}" if given else "")
-    with pytest.raises(InvalidStatus) as refused:
-        ws_client.connect(url)
-    assert refused.value.response.status_code == 401  # an HTTP answer, not a closed socket
-    assert json.loads(refused.value.response.body)["message"] == said
+    offered = [subprotocols.PROTOCOL]
+    if credential is not None and "X-API-Key" in credential:
+        offered.append(subprotocols.encode("key", credential["X-API-Key"]))
+    elif given:
+        offered.append(subprotocols.encode("bearer", given))
+    handshakes: list[dict[str, Any]] = [{"subprotocols": offered}]
+    if "X-API-Key" not in (credential or {}):  # the query takes a token, not a key
+        handshakes.append({"uri": url + (f"?token={given}" if given else "")})
+    for handshake in handshakes:
+        with pytest.raises(InvalidStatus) as refused:
+            ws_client.connect(**{"uri": url} | handshake)
+        assert refused.value.response.status_code == 401  # an HTTP answer, not a closed socket
+        assert json.loads(refused.value.response.body)["message"] == said, handshake

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import concurrent.futures
+import json
 import time
 
 import httpx
@@ -92,6 +93,25 @@ def test_retryable_failure_ends_in_an_error_reply(server: Server) -> None:
     assert 'agentkernel_redeliveries_total{queue="input"} 2' in metrics  # deliveries 2 and 3
     assert 'agentkernel_permanent_failures_total{queue="input"} 1' in metrics
     assert 'agentkernel_turns_total{agent="flaky",status="retry"} 2' in metrics
+
+
+def test_a_reply_names_the_delivery_that_produced_it(server: Server) -> None:
+    """``attempt`` is 1 for a turn answered at once, 2 for one redelivered after a
+    RetryableError; a streamed turn's ``done`` frame carries it too."""
+    assert chat(server, "a1", "hi", agent="echo").json()["attempt"] == 1
+    answered = chat(server, "a2", "hi", agent="once")
+    assert answered.status_code == 200
+    assert (answered.json()["result"], answered.json()["attempt"]) == ("answered late", 2)
+    body = {"session_id": "a3", "prompt": "hi", "agent": "once"}
+    sse = {"Accept": "text/event-stream"}
+    with server.client.stream("POST", "/api/v1/chat", json=body, headers=sse) as response:
+        frames = [json.loads(x[6:]) for x in response.iter_lines() if x.startswith("data: ")]
+    assert [f.get("delta") for f in frames] == ["answered ", "late", None]
+    assert (frames[-1]["done"], frames[-1]["attempt"]) == (True, 2)
+    polled = poll(server.client, "a3", frames[-1]["request_id"]).json()
+    assert (polled["result"], polled["attempt"]) == ("answered late", 2)
+    metrics = server.client.get("/metrics").text
+    assert 'agentkernel_redeliveries_total{queue="input"} 2' in metrics  # one per "once" turn
 
 
 def test_trace_context_travels_through_the_queue(server: Server) -> None:
@@ -296,7 +316,7 @@ def test_service_routes(server: Server) -> None:
     ready = server.client.get("/ready")
     assert (ready.status_code, ready.json()["status"]) == (200, "ready")
     agents = server.client.get("/api/v1/agents").json()
-    names = ["echo", "slow", "broken", "flaky", "words", "trace"]
+    names = ["echo", "slow", "broken", "flaky", "once", "words", "trace"]
     assert agents["agents"] == names  # upstream's shape: the names
     assert [a["name"] for a in agents["details"]] == names
     chat(server, "m", "x")

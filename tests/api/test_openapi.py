@@ -52,7 +52,7 @@ def test_every_json_answer_of_a_chat_route_has_a_schema_with_properties(
 def test_the_chat_answers_name_their_fields(spec: dict[str, Any]) -> None:
     post = spec["paths"]["/api/v1/chat"]["post"]["responses"]
     reply = json_schema(spec, post["200"])
-    assert {"result", "session_id", "request_id", "agent"} <= set(reply["properties"])
+    assert {"result", "session_id", "request_id", "agent", "attempt"} <= set(reply["properties"])
     assert set(reply["required"]) >= {"result", "session_id", "request_id"}
     assert "text/event-stream" in post["200"]["content"]
     accepted = json_schema(spec, post["202"])

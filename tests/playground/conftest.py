@@ -36,22 +36,25 @@ CHROMIUM_ARGS = [
 
 
 class ServeProcess:
-    """``agentkernel serve`` of examples/echo.py's agents (and ``fails``: see agents.py) on one
-    port, stopped and started again at will."""
+    """``agentkernel serve`` of examples/echo.py's agents (and ``fails``, ``once``: see
+    agents.py) on one port, stopped and started again at will; ``args`` are more options of
+    ``serve``."""
 
-    def __init__(self, tmp: Path, config: str = "") -> None:
+    def __init__(self, tmp: Path, config: str = "", args: tuple[str, ...] = ()) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         self.config = tmp / "config.yaml"
         self.config.write_text(config or "{}\n")
         self.logs = tmp / "serve.log"
         self.proc: subprocess.Popen[bytes] | None = None
+        self.args = args
         self.start()
 
     def start(self) -> None:
         agents = str(Path(__file__).with_name("agents.py"))
         command = [sys.executable, "-m", "agentkernel", "serve", agents]
         command += ["--port", str(self.port), "--config", str(self.config), "--access-log"]
+        command += self.args
         with self.logs.open("ab") as log:
             self.proc = subprocess.Popen(command, cwd=ROOT, stdout=log, stderr=log)
         deadline = time.monotonic() + 30

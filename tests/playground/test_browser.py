@@ -1,13 +1,14 @@
 """The playground page in headless Chromium against a real ``agentkernel serve``.
 
-The agents are examples/echo.py's (``spell`` streams one word every 0.2 s, ``echo`` answers once)
-and ``fails`` (agents.py).
+The agents are examples/echo.py's (``spell`` streams one word every 0.2 s, ``echo`` answers once),
+``fails`` and ``once`` (agents.py).
 Arrival times are measured in the page (``data-first-at``, ``data-end-at``: milliseconds since
 the turn was sent) and by a MutationObserver recording when each chunk reached the DOM.
 """
 
 from __future__ import annotations
 
+import base64
 import re
 from pathlib import Path
 from typing import Any
@@ -90,7 +91,7 @@ def test_turn_row_state_panel_and_pipeline_panel_update(serve: ServeProcess, pag
     newest = [rows.nth(0).locator("td").nth(i).text_content() for i in range(5)]
     request_id, outcome, attempts, first, total = newest
     assert re.fullmatch(r"[0-9a-f]{32}", request_id), request_id
-    assert (outcome, attempts) == ("200 ok", "n/a")
+    assert (outcome, attempts) == ("200 ok", "1")
     assert int(first.removesuffix(" ms")) < int(total.removesuffix(" ms"))
     assert reply.get_attribute("data-outcome") == "200 ok"
     if httpx.get(serve.url + "/api/v1/sessions").status_code == 200:  # the sessions API
@@ -124,6 +125,17 @@ def test_an_agent_error_is_shown_readably(serve: ServeProcess, page: Any, mode: 
     expect(page.locator("#turns tbody tr").first).to_contain_text("500 AGENT_ERROR")
 
 
+@pytest.mark.parametrize("mode", ["sync", "async", "stream", "ws"])
+def test_a_turn_redelivered_once_shows_attempt_2(serve: ServeProcess, page: Any, mode: str) -> None:
+    open_page(page, serve)
+    reply = send(page, "hi", mode, agent="once")
+    assert reply.get_attribute("data-outcome") == "200 ok"
+    assert reply.locator(".text").text_content() == "answered on delivery 2"
+    cells = page.locator("#turns tbody tr").first.locator("td")
+    assert (cells.nth(1).text_content(), cells.nth(2).text_content()) == ("200 ok", "2")
+    expect(page.locator('#pipeline dd[data-metric="redeliveries"]')).to_have_text("1")
+
+
 def test_an_unknown_agent_is_shown_readably(serve: ServeProcess, page: Any) -> None:
     open_page(page, serve)
     reply = send(page, "hi", "sync", agent="nobody")
@@ -151,9 +163,11 @@ def test_the_page_reconnects_after_a_restart_on_the_same_port(
 
 
 def _auth_serve(tmp_path: Path, key: str) -> ServeProcess:
+    """API keys on, and every logger at DEBUG: the WebSocket library then logs each handshake
+    header, the one that carries the credential included."""
     config = "api:\n  auth:\n    enabled: true\n    api_keys:\n      - user: alice\n"
     config += f"        key: {key}\n"
-    return ServeProcess(tmp_path, config)
+    return ServeProcess(tmp_path, config, ("--log-level", "DEBUG"))
 
 
 def test_with_auth_on_the_page_loads_and_asks_for_the_credential(page: Any, tmp_path: Path) -> None:
@@ -172,14 +186,50 @@ def test_with_auth_on_the_page_loads_and_asks_for_the_credential(page: Any, tmp_
         expect(page.locator("#agent-names option")).not_to_have_count(0)
         expect(notice).to_be_hidden()
         assert send(page, WORDS, "stream", agent="spell").get_attribute("data-outcome") == "200 ok"
-        refused = send(page, "hi", "ws")  # only the URL could carry the key: not sent
-        assert "use stream (SSE) mode" in refused.locator(".text").text_content()
 
         storage = page.evaluate("() => JSON.stringify(localStorage)")
         assert key not in storage and key not in page.url
     finally:
         serve.stop()
     assert key not in serve.logs.read_text()
+
+
+def test_with_auth_on_websocket_mode_streams_with_the_key(page: Any, tmp_path: Path) -> None:
+    """The key travels as a subprotocol: chunks arrive over the socket while the agent runs,
+    a wrong key is explained, and neither the URL nor a log line ever holds it."""
+    key = "alice-key-9e27b4"
+    serve = _auth_serve(tmp_path, key)
+    sockets: list[Any] = []
+    page.on("websocket", lambda socket: sockets.append(socket))
+    try:
+        page.goto(serve.url + "/playground")
+        page.fill("#credential", key)
+        page.press("#credential", "Enter")
+        expect(page.locator("#agent-names option")).not_to_have_count(0)
+        page.evaluate(WATCH_CHUNKS)
+        reply = send(page, WORDS, "ws", agent="spell")
+        assert reply.get_attribute("data-outcome") == "200 ok"
+        assert reply.locator(".text").text_content() == WORDS + " "
+        assert reply.get_attribute("data-chunks") == "5"
+        first = int(reply.get_attribute("data-first-at"))
+        end = int(reply.get_attribute("data-end-at"))
+        assert end - first >= 600, (first, end)  # the first word came ~0.8 s before the end
+        times = page.evaluate("() => window.chunkTimes")
+        assert len(times) == 5 and times[-1] - times[0] >= 600, times
+
+        page.fill("#credential", "wrong-key")  # closes the socket opened with the right one
+        page.press("#credential", "Enter")
+        refused = send(page, "hi", "ws")
+        assert refused.get_attribute("data-outcome") == "401 UNAUTHORIZED"
+        expect(page.locator("#notice")).to_contain_text("The server refused this credential (401)")
+        assert [s.url for s in sockets] == [serve.url.replace("http", "ws") + "/ws"] * 2
+    finally:
+        serve.stop()
+    logs = serve.logs.read_text()
+    encoded = base64.urlsafe_b64encode(key.encode()).decode().rstrip("=")
+    assert "< sec-websocket-protocol: agentkernel.v1, agentkernel.auth.key.***" in logs
+    assert key not in logs and encoded not in logs
+    assert '"WS /ws" 401 ' in logs and '"WS /ws" 101 ' in logs and "user=alice" in logs
 
 
 def test_the_policy_blocks_inline_script_in_the_page(serve: ServeProcess, browser: Any) -> None:

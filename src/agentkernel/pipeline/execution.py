@@ -187,7 +187,8 @@ async def execute(
         METRICS.inc("agentkernel_turns_in_flight", -1)
     _finished(turn.agent, "ok", started)
     doc = {"result": result, "session_id": turn.session_id, "request_id": turn.request_id}
-    return 200, doc | {"agent": turn.agent}, turn.state
+    # attempt: the delivery that produced this reply (1 unless the turn was redelivered)
+    return 200, doc | {"agent": turn.agent, "attempt": turn.attempt}, turn.state
 
 
 def _finished(agent: str, status: str, started: float) -> None:

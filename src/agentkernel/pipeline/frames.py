@@ -31,7 +31,8 @@ def chunk_frame(request_id: str, session_id: str, index: int, delta: str) -> dic
 
 
 def done_frame(record: ResponseRecord) -> dict[str, Any]:
-    """The last frame of a stream: the joined result, or the error of a failed turn."""
+    """The last frame of a stream: the joined result (with the reply's ``attempt`` when it
+    names one), or the error of a failed turn."""
     frame: dict[str, Any] = {
         "type": STREAM_CHUNK,
         "request_id": record.request_id,
@@ -39,7 +40,10 @@ def done_frame(record: ResponseRecord) -> dict[str, Any]:
         "done": True,
     }
     if record.status_code == 200:
-        return frame | {"result": record.body.get("result", "")}
+        frame["result"] = record.body.get("result", "")
+        if "attempt" in record.body:  # a reply stored before attempts were reported has none
+            frame["attempt"] = record.body["attempt"]
+        return frame
     return frame | {
         "status_code": record.status_code,
         "error": record.body.get("error", "ERROR"),

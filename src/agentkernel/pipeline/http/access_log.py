@@ -13,13 +13,15 @@ put in a path or user id are escaped (no forged lines), and no header is logged.
 from __future__ import annotations
 
 import logging
+import re
 import time
 from collections.abc import Awaitable, Callable, MutableMapping
 from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
-from agentkernel.core.redact import printable, redact_queries, redact_query
+from agentkernel.core.redact import MASK, printable, redact_queries, redact_query
 from agentkernel.pipeline.chat import CHAT_PATH
+from agentkernel.pipeline.http.subprotocols import AUTH_PREFIX
 from agentkernel.pipeline.sessions import SESSIONS_PATH
 
 logger = logging.getLogger("agentkernel.access")
@@ -34,15 +36,42 @@ Send = Callable[[Message], Awaitable[None]]
 ASGIApp = Callable[[Scope, Receive, Send], Awaitable[None]]
 
 
+#: A header line the WebSocket library logs at DEBUG (``< Authorization: Bearer ...``) whose
+#: value is a credential.
+_SECRET_HEADER = re.compile(
+    r"^([<>] (?:authorization|proxy-authorization|x-api-key|cookie|set-cookie):).*",
+    re.IGNORECASE | re.DOTALL,
+)
+#: Formats a traceback to mask it (as any handler would print it).
+_FORMATTER = logging.Formatter()
+#: A credential subprotocol (:mod:`.subprotocols`), wherever a line names it.
+_CREDENTIAL_PROTOCOL = re.compile(re.escape(AUTH_PREFIX) + r"((?:key|bearer)\.)?[^,\r\n]*")
+
+
+def redact_headers(text: str) -> str:
+    """``text`` with the value of a credential header line and every credential subprotocol
+    replaced by ``***``."""
+    text = _SECRET_HEADER.sub(rf"\1 {MASK}", text)
+    return _CREDENTIAL_PROTOCOL.sub(lambda m: f"{AUTH_PREFIX}{m.group(1) or ''}{MASK}", text)
+
+
 class ServerLogFilter(logging.Filter):
-    """Masks credentials in query strings and escapes control characters in the lines the HTTP
-    server itself logs (uvicorn names the WebSocket path, ``?token=`` included, at INFO)."""
+    """Masks credentials and escapes control characters in the lines the HTTP server itself
+    logs: uvicorn names the WebSocket path, ``?token=`` included, at INFO, and at DEBUG the
+    WebSocket library logs every handshake header, ``Authorization`` and
+    ``Sec-WebSocket-Protocol`` included, and the traceback of a handshake it refused, whose
+    message quotes the header."""
 
     def filter(self, record: logging.LogRecord) -> bool:
         message = record.getMessage()
-        cleaned = printable(redact_queries(message))
+        cleaned = printable(redact_headers(redact_queries(message)))
         if cleaned != message:
             record.msg, record.args = cleaned, None
+        if record.exc_info:
+            text = _FORMATTER.formatException(record.exc_info)
+            masked = redact_headers(redact_queries(text))
+            if masked != text:  # formatters print exc_text when there is no exc_info
+                record.exc_info, record.exc_text = None, masked
         return True
 
 
@@ -69,7 +98,7 @@ class AccessLogMiddleware:
 
         async def watch(message: Message) -> None:
             kind = message["type"]
-            if kind == "http.response.start":
+            if kind in ("http.response.start", "websocket.http.response.start"):
                 seen["status"] = message["status"]
                 seen.update(_turn_ids(message.get("headers") or [], scope))
             elif kind == "websocket.accept":

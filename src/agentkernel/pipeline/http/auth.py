@@ -2,14 +2,16 @@
 
 An ASGI middleware checks every request except ``/health`` and ``/ready``: an ``X-API-Key``
 header against ``api.auth.api_keys``, or an ``Authorization: Bearer`` token (the WebSocket
-handshake may pass it as ``?token=``) against the JWT settings or a custom validator. A missing
-or refused credential answers 401 with ``WWW-Authenticate``, the WebSocket handshake included
-(``?token=`` is read on the handshake only, never on plain HTTP routes). The caller's identity
-(its scheme, issuer and user id: ``key:alice``, ``jwt:<issuer>:alice``; see
-:func:`agentkernel.auth.qualified_identity`, mapped through ``api.auth.aliases``) is then
-available to the routes as :data:`IDENTITY`, and when the credential expires as
-:data:`EXPIRES_AT` (the WebSocket closes then). Tokens and keys are never logged, and a user id
-with control characters is refused.
+handshake may pass it as ``?token=``) against the JWT settings or a custom validator. A browser's
+WebSocket handshake may offer either one as a subprotocol instead (:mod:`.subprotocols`), checked
+as the header it stands for; one that disagrees with another credential of the same handshake is
+refused. A missing or refused credential answers 401 with ``WWW-Authenticate``, the WebSocket
+handshake included (``?token=`` and subprotocols are read on the handshake only, never on plain
+HTTP routes). The caller's identity (its scheme, issuer and user id: ``key:alice``,
+``jwt:<issuer>:alice``; see :func:`agentkernel.auth.qualified_identity`, mapped through
+``api.auth.aliases``) is then available to the routes as :data:`IDENTITY`, and when the
+credential expires as :data:`EXPIRES_AT` (the WebSocket closes then). Tokens and keys are never
+logged, and a user id with control characters is refused.
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from agentkernel.core.config import AuthConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import resolve_dotted
 from agentkernel.core.redact import printable
+from agentkernel.pipeline.http import subprotocols
 from agentkernel.pipeline.http.access_log import SCOPE_USER
 
 logger = logging.getLogger(__name__)
@@ -142,6 +145,8 @@ class AuthMiddleware:
             raw = scope.get("query_string", b"").decode("latin-1")
             query = {k: v[0] for k, v in parse_qs(raw).items()}
         try:
+            if scope["type"] == "websocket":
+                headers = _with_subprotocol_credential(scope, headers, query)
             credential = self.authenticator.authenticate(headers, query)
         except Unauthorized as exc:
             logger.info("refused %s %s: %s", scope["type"], printable(scope["path"]), exc)
@@ -155,6 +160,48 @@ class AuthMiddleware:
         finally:
             EXPIRES_AT.reset(expiry)
             IDENTITY.reset(token)
+
+
+def _with_subprotocol_credential(
+    scope: Scope, headers: dict[str, str], query: dict[str, str]
+) -> dict[str, str]:
+    """``headers`` with the credential the handshake offers as a subprotocol set as the header
+    of its kind (``X-API-Key`` or ``Authorization``), so it is checked exactly as that header.
+
+    Raises:
+        Unauthorized: the subprotocols cannot be read, or another credential of the handshake
+            (a header or ``?token=``) is not the same one.
+    """
+    try:
+        offered = subprotocols.credential_of(subprotocols.offered(scope["headers"]))
+    except subprotocols.SubprotocolError as exc:
+        raise Unauthorized(str(exc)) from exc
+    if offered is None:
+        return headers
+    for source, other in _handshake_credentials(headers, query).items():
+        if other != (offered.kind, offered.secret):
+            message = f"the credential subprotocol and {source} are not the same credential"
+            raise Unauthorized(message)
+    if offered.kind == "key":
+        return headers | {"x-api-key": offered.secret}
+    return headers | {"authorization": f"Bearer {offered.secret}"}
+
+
+def _handshake_credentials(
+    headers: dict[str, str], query: dict[str, str]
+) -> dict[str, tuple[str, str]]:
+    """The credentials a handshake carries besides its subprotocols, as ``(kind, secret)`` by
+    where they are (an ``Authorization`` scheme other than Bearer matches no subprotocol)."""
+    found = {}
+    if "x-api-key" in headers:
+        found["X-API-Key"] = ("key", headers["x-api-key"])
+    if "authorization" in headers:
+        scheme, _, token = headers["authorization"].partition(" ")
+        kind = "bearer" if scheme.lower() == "bearer" else f"scheme {scheme}"
+        found["Authorization"] = (kind, token.strip())
+    if "token" in query:
+        found["?token="] = ("bearer", query["token"])
+    return found
 
 
 async def _refuse(scope: Scope, receive: Receive, send: Send, exc: Unauthorized) -> None:

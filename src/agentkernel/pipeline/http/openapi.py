@@ -24,6 +24,12 @@ class ChatReply(BaseModel):
     session_id: str
     request_id: str = Field(description="The turn's id: poll with it, quote it in support.")
     agent: str | None = Field(None, description="The agent that ran the turn.")
+    attempt: int | None = Field(
+        None,
+        ge=1,
+        description="The delivery of the turn that produced this reply: 1, or more when the "
+        "turn was delivered again (after a RetryableError or a lost runner).",
+    )
 
 
 class Accepted(BaseModel):

@@ -39,6 +39,7 @@ from agentkernel.pipeline.chat import (
 )
 from agentkernel.pipeline.front import ChatFront, StreamAnswer
 from agentkernel.pipeline.http.auth import EXPIRES_AT, IDENTITY
+from agentkernel.pipeline.http.subprotocols import selected
 from agentkernel.pipeline.turn_control.api import cancel_frame
 
 logger = logging.getLogger(__name__)
@@ -58,7 +59,8 @@ class ChatSocket:
         self.identity, self.expires_at = IDENTITY.get(), EXPIRES_AT.get()
 
     async def serve(self) -> None:
-        await self.ws.accept()
+        # agentkernel.v1 when offered; never a credential subprotocol (see .subprotocols)
+        await self.ws.accept(subprotocol=selected(self.ws.scope.get("subprotocols", [])))
         try:
             while True:
                 message = await self._receive()

@@ -1,7 +1,8 @@
 // The agentkernel playground: chat with the agents of this server, watch replies stream, see each
 // turn's path and the pipeline's metrics. Plain JavaScript, same-origin calls only.
 // The credential lives in the input field and is read per call: never stored, logged or put in
-// a URL. Server text is always written with textContent, never parsed as HTML.
+// a URL (a WebSocket gets it as a subprotocol). Server text is always written with textContent,
+// never parsed as HTML.
 "use strict";
 
 const API = "/api/v1";
@@ -10,6 +11,7 @@ const RECENT_MAX = 20;
 const METRICS_EVERY_MS = 2000;
 const POLL_EVERY_MS = 250;
 const POLL_LIMIT_MS = 120000;
+const SOCKET_PROTOCOL = "agentkernel.v1";
 
 const $ = (id) => document.getElementById(id);
 const page = { agents: [], sessionsApi: false, socket: null, socketTurns: new Map(), up: null };
@@ -29,6 +31,21 @@ function authHeaders() {
   if (!credential) return {};
   if ($("scheme").value === "bearer") return { Authorization: `Bearer ${credential}` };
   return { "X-API-Key": credential };
+}
+
+// A WebSocket handshake cannot carry a header, so the credential is offered as a second
+// subprotocol, agentkernel.auth.<key|bearer>.<base64url of its UTF-8 bytes>, beside
+// agentkernel.v1, the only one the server selects (it never echoes the credential).
+function socketProtocols() {
+  const credential = $("credential").value.trim();
+  if (!credential) return [SOCKET_PROTOCOL];
+  const kind = $("scheme").value === "bearer" ? "bearer" : "key";
+  return [SOCKET_PROTOCOL, `agentkernel.auth.${kind}.${base64url(credential)}`];
+}
+
+function base64url(text) {
+  const binary = Array.from(new TextEncoder().encode(text), (b) => String.fromCharCode(b)).join("");
+  return btoa(binary).replace(/\+/g, "-").replace(/\//g, "_").replace(/=+$/, "");
 }
 
 async function call(path, options = {}) {
@@ -201,7 +218,7 @@ function endTurn(turn, doc, status) {
   const ok = status === 200 && !(doc && doc.error);
   turn.outcome = ok ? "200 ok" : `${status || "—"} ${(doc && doc.error) || "error"}`;
   turn.requestId = turn.requestId || (doc && doc.request_id) || "";
-  if (doc && Number.isInteger(doc.attempts)) turn.attempts = doc.attempts;
+  if (doc && Number.isInteger(doc.attempt)) turn.attempts = doc.attempt; // the delivery that answered
   if (ok && doc && typeof doc.result === "string" && turn.chunks.length === 0) {
     if (turn.first === null) turn.first = turn.ended;
     turn.text.textContent = doc.result;
@@ -299,10 +316,10 @@ function parseEvent(block) {
 function openSocket() {
   if (page.socket && page.socket.readyState <= WebSocket.OPEN) return page.socket.ready;
   const scheme = location.protocol === "https:" ? "wss:" : "ws:";
-  const socket = new WebSocket(`${scheme}//${location.host}/ws`);
+  const socket = new WebSocket(`${scheme}//${location.host}/ws`, socketProtocols());
   socket.ready = new Promise((resolve, reject) => {
     socket.addEventListener("open", () => resolve(socket));
-    socket.addEventListener("error", () => reject(new TypeError("WebSocket failed")));
+    socket.addEventListener("error", () => reject(new Error("the WebSocket handshake failed")));
   });
   socket.addEventListener("message", (event) => onSocketFrame(event.data));
   socket.addEventListener("close", () => {
@@ -335,12 +352,16 @@ function finishSocketTurn(frame, status) {
   pending.resolve({ doc: frame, status });
 }
 
+// A browser tells a script nothing about a refused handshake, not even its status: the page
+// asks an HTTP route with the same credential whether the credential (401) or the server
+// (unreachable) is the reason.
+async function whySocketFailed() {
+  await call(`${API}/agents`); // throws ApiError on a 401, TypeError when unreachable
+  throw new Error("The WebSocket handshake failed although the server answers over HTTP.");
+}
+
 async function sendSocket(turn, body) {
-  if (Object.keys(authHeaders()).length > 0) {
-    // A browser can put a credential on a WebSocket handshake only in the URL; this page never does.
-    return { doc: { error: "NOT_SENT", message: "WebSocket mode would have to put the credential in the URL; use stream (SSE) mode with a credential" }, status: 0 };
-  }
-  const socket = await openSocket();
+  const socket = await openSocket().catch(whySocketFailed);
   const clientId = `pg-${crypto.randomUUID()}`;
   turn.requestId = clientId;
   const reply = new Promise((resolve) => page.socketTurns.set(clientId, { turn, resolve }));
@@ -487,6 +508,7 @@ function start() {
     credentialChanged();
   });
   $("credential").addEventListener("change", credentialChanged);
+  $("scheme").addEventListener("change", credentialChanged);
   refresh();
   pollMetrics();
 }
