@@ -111,6 +111,11 @@ TOPOLOGIES: dict[str, list[str]] = {
     "redis": ["kill9", "sigterm-runners", "sigterm-io", "broker-restart", "poison"],
     "postgres": ["kill9", "sigterm-runners", "sigterm-io", "broker-restart", "poison"],
 }
+#: The scenarios whose sessions also send turns with multitask strategies (workload.py).
+STRATEGY_SCENARIOS: dict[str, tuple[str, ...]] = {
+    "embedded": ("sigterm-io",),
+    **{topology: ("kill9",) for topology in ("nats", "sqs", "kafka", "redis", "postgres")},
+}
 #: sessions x turns per topology, scaled down from 100 x 10 to keep the suite under 10 minutes
 #: on two cores; moto serves ~60-90 calls/s, so SQS runs a smaller load still.
 LOAD: dict[str, tuple[int, int]] = {
@@ -209,7 +214,8 @@ def run_scenario(
     cluster = Cluster(topology, workdir, moto_url=moto_url, kafka_bootstrap=kafka_bootstrap)
     sessions, turns = _load(topology)
     poison = POISON_AT if scenario == "poison" else None
-    workload = Workload(cluster.url, sessions, turns, cluster.deployment.tag, poison)
+    strategies = scenario in STRATEGY_SCENARIOS.get(topology, ())
+    workload = Workload(cluster.url, sessions, turns, cluster.deployment.tag, poison, strategies)
     stop = threading.Event()
     faults = threading.Thread(
         target=_faults, args=(scenario, cluster, stop, workload), name="faults"

@@ -5,13 +5,18 @@ each with an ``Idempotency-Key`` so that a retry after a 503, a cut connection o
 server is the same turn; a POST cut off without an answer is retried, and counted. A 202 or a
 504 is followed by polling ``GET /api/v1/chat/{session}``.
 Each reply's list must equal the prompts of the session answered so far plus its own.
+
+With ``strategies`` on, every fourth turn of a session is sent without waiting (202) and the
+next one right behind it with a multitask strategy (``interrupt``, ``rollback``, ``coalesce``,
+``reject`` in turn): the first may then end ``CANCELLED`` or ``SUPERSEDED``, the second
+``SESSION_BUSY``, and a turn that ended so must never show in a later reply (nothing of it is
+committed), while every other rule holds as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import itertools
 import json
 import time
 from collections import Counter
@@ -38,6 +43,15 @@ TRANSIENT = {
 }
 
 
+#: The strategies paired turns use, in turn, and what each may make of the turn before it.
+STRATEGIES = ("interrupt", "rollback", "coalesce", "reject")
+STOPPED_BY = {
+    "interrupt": frozenset({"CANCELLED"}),
+    "rollback": frozenset({"CANCELLED"}),
+    "coalesce": frozenset({"SUPERSEDED"}),
+}
+
+
 @dataclass
 class Turn:
     session: str
@@ -51,6 +65,9 @@ class Turn:
     cuts: int = 0  # POSTs whose connection was dropped without an answer
     accepted: bool = False  # the IO process took it: an answer, a 202 or a 504
     problems: set[str] = field(default_factory=set)
+    strategy: str | None = None  # the turn's multitask_strategy, when it sends one
+    #: Error codes that are a right outcome for this turn (a strategy stopped or refused it).
+    allowed: frozenset[str] = frozenset()
 
     @property
     def poison(self) -> bool:
@@ -84,8 +101,10 @@ class Workload:
         turns: int,
         tag: str,
         poison: tuple[int, int] | None = None,
+        strategies: bool = False,
     ) -> None:
         self.url = url
+        self.strategies = strategies
         self.faults_ended: float | None = None
         #: POSTs answered "try again", by error code (``QUEUE_UNAVAILABLE``, ...).
         self.refused: Counter[str] = Counter()
@@ -111,44 +130,86 @@ class Workload:
 
     async def _session(self, client: httpx.AsyncClient, turns: list[Turn], deadline: float) -> None:
         applied: list[str] = []
-        for i in itertools.count():
+        i = 0
+        while True:
             if i == len(turns):
                 if not self._more(turns):
                     return
                 turns.append(Turn(turns[0].session, i, f"p{i}"))
-            turn = turns[i]
-            await self._drive(client, turn, deadline)
-            if turn.answered is None:
-                return
-            check(turn, applied)
-            if turn.status == 200:
-                applied.append(turn.prompt)
+            if self._paired(turns, i):
+                sent = [turns[i], turns[i + 1]]
+                await self._pair(client, *sent, deadline)
+            else:
+                sent = [turns[i]]
+                await self._drive(client, turns[i], deadline)
+            for turn in sent:
+                if turn.answered is None:
+                    return
+                check(turn, applied)
+                if turn.status == 200:
+                    applied.append(turn.prompt)
+            i += len(sent)
+
+    def _paired(self, turns: list[Turn], i: int) -> bool:
+        """Whether turn ``i`` is sent with the next one right behind it (``strategies``); the
+        next one is added when the session has no more planned."""
+        if not self.strategies or i % 4 != 1 or turns[i].poison:
+            return False
+        if i + 1 == len(turns) and len(turns) < MAX_TURNS:
+            turns.append(Turn(turns[0].session, i + 1, f"p{i + 1}"))
+        return i + 1 < len(turns) and not turns[i + 1].poison
+
+    async def _pair(
+        self, client: httpx.AsyncClient, first: Turn, second: Turn, deadline: float
+    ) -> None:
+        """``first`` without waiting, ``second`` behind it with a strategy, then both answers."""
+        strategy = STRATEGIES[(first.index // 4 + len(first.session)) % len(STRATEGIES)]
+        second.strategy = strategy
+        first.allowed = STOPPED_BY.get(strategy, frozenset())
+        second.allowed = frozenset({"SESSION_BUSY"}) if strategy == "reject" else frozenset()
+        request_id = await self._drive(client, first, deadline, asynchronous=True)
+        await self._drive(client, second, deadline)
+        if request_id is not None and first.answered is None:
+            await self._drive(client, first, deadline, request_id=request_id)
 
     def _more(self, turns: list[Turn]) -> bool:
         """Whether a session that sent its turns goes on: faults still running, or not yet met."""
         ended, last = self.faults_ended, turns[-1].started
         return len(turns) < MAX_TURNS and (ended is None or last is None or last < ended)
 
-    async def _drive(self, client: httpx.AsyncClient, turn: Turn, deadline: float) -> None:
-        turn.started = time.monotonic()
-        request_id: str | None = None
+    async def _drive(
+        self,
+        client: httpx.AsyncClient,
+        turn: Turn,
+        deadline: float,
+        asynchronous: bool = False,
+        request_id: str | None = None,
+    ) -> str | None:
+        """Send ``turn`` (or, with ``request_id``, poll it) until it is answered; with
+        ``asynchronous``, only until it is accepted: its request id."""
+        if request_id is None:
+            turn.started = time.monotonic()
         while time.monotonic() < deadline:
             if request_id is None:
                 turn.posts += 1
-                outcome, doc = await _post(client, turn)
+                outcome, doc = await _post(client, turn, asynchronous)
                 turn.cuts += outcome == "cut"
                 if outcome == "retry" and "error" in doc:
                     self.refused[str(doc["error"])] += 1
                 if outcome == "poll":
                     request_id = str(doc["request_id"])
+                    if asynchronous:
+                        turn.accepted = True
+                        return request_id
             else:
                 outcome, doc = await _get(client, turn.session, request_id)
             turn.accepted |= outcome in ("poll", "final")
             if outcome == "final":
                 turn.answered, turn.doc = time.monotonic(), doc
                 turn.status = int(doc.pop("_status"))
-                return
+                return request_id
             await asyncio.sleep(POLL_SECONDS if outcome == "poll" else RETRY_SECONDS)
+        return request_id
 
     async def _reread(self, client: httpx.AsyncClient) -> None:
         """Read every answer again: a turn run once more after it was answered shows here."""
@@ -174,7 +235,8 @@ def check(turn: Turn, applied: list[str]) -> None:
             turn.problems.add("poison answered without error")
         return
     if turn.status != 200:
-        turn.problems.add("failed")
+        if (turn.doc or {}).get("error") not in turn.allowed:
+            turn.problems.add("failed")
         return
     assert turn.doc is not None
     try:
@@ -194,11 +256,17 @@ def check(turn: Turn, applied: list[str]) -> None:
         turn.problems.add("out of order")
 
 
-async def _post(client: httpx.AsyncClient, turn: Turn) -> tuple[str, dict[str, Any]]:
+async def _post(
+    client: httpx.AsyncClient, turn: Turn, asynchronous: bool = False
+) -> tuple[str, dict[str, Any]]:
     body = {"session_id": turn.session, "prompt": turn.prompt, "agent": "recorder"}
+    if turn.strategy is not None:
+        body["multitask_strategy"] = turn.strategy
     # A connection of its own per POST: a connection dropped while the request is being answered
     # is then the server cutting off a caller (counted), never a stale pooled connection.
     headers = {"Idempotency-Key": f"turn-{turn.index}", "Connection": "close"}
+    if asynchronous:
+        headers["Prefer"] = "respond-async"
     try:
         response = await client.post("/api/v1/chat", json=body, headers=headers)
     except (httpx.RemoteProtocolError, httpx.ReadError, httpx.WriteError):
