@@ -1,4 +1,5 @@
-"""Start moto's server with one fix for a race in its SQS FIFO receive.
+"""Start moto's server with fixes for two races: its SQS FIFO receive, and its conditional
+writes to DynamoDB.
 
 moto's ``receive_message`` reads the set of in-flight message groups once per call and takes no
 lock, so two receive calls that overlap can each take a message from the same group: two turns of
@@ -6,6 +7,11 @@ one session in flight at once, which AWS never does. Short polls (``WaitTimeSeco
 serialised here so concurrent consumers see each other's groups, as on AWS; the lock is held for
 a few milliseconds. Long polls are left as moto has them (their group-lock defect is declared on
 the SQS contract subclass instead of being hidden).
+
+moto's DynamoDB ``update_item`` (and ``put_item``, ``delete_item``) checks the condition, then
+parses and applies the update, with no lock between: two conditional writes of one item that
+overlap can both pass their condition, where DynamoDB applies conditional writes to an item one
+at a time. Each write is serialised here (the turn signals' compare-and-sets rely on it).
 
 Usage: python tests/moto_server.py -H 127.0.0.1 -p PORT   (the moto_server arguments)
 """
@@ -16,6 +22,7 @@ import functools
 import threading
 from typing import Any
 
+from moto.dynamodb.models import DynamoDBBackend
 from moto.server import main
 from moto.sqs.models import SQSBackend
 
@@ -39,6 +46,21 @@ def _serialised_receive(
 
 
 SQSBackend.receive_message = _serialised_receive  # type: ignore[method-assign]
+
+_write_lock = threading.Lock()
+
+
+def _serialised(write: Any) -> Any:
+    @functools.wraps(write)
+    def serialised(*args: Any, **kwargs: Any) -> Any:
+        with _write_lock:
+            return write(*args, **kwargs)
+
+    return serialised
+
+
+for _name in ("put_item", "update_item", "delete_item", "transact_write_items"):
+    setattr(DynamoDBBackend, _name, _serialised(getattr(DynamoDBBackend, _name)))
 
 if __name__ == "__main__":
     main()
