@@ -32,6 +32,8 @@ from agentkernel.pipeline.session_store.index import (
     page_of,
     scope_of,
 )
+from agentkernel.pipeline.turn_control.signals import TurnSignals
+from agentkernel.pipeline.turn_control.signals_redis import RedisTurnSignals
 
 _errors = functools.partial(
     redis_errors,
@@ -144,6 +146,9 @@ class RedisSessionStore(SessionStore):
         keys = [self._key(session_id), self._index_key(scope_of(session_id, None) or "")]
         with _errors(f"erase of session {session_id}"):
             self._delete(keys=keys, args=[session_id])
+
+    def _new_turn_signals(self, stale_after: float) -> TurnSignals:
+        return RedisTurnSignals(self._redis, self._prefix, stale_after=stale_after)
 
     def ping(self) -> None:
         with _errors("ping of the session store"):

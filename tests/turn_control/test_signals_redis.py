@@ -1,0 +1,72 @@
+"""Turn signals in Redis (real server) pass the contract, and leave no key behind."""
+
+from __future__ import annotations
+
+import uuid
+from collections.abc import Iterator
+
+import pytest
+import redis
+
+from agentkernel.core.errors import SessionStoreUnavailableError
+from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from agentkernel.pipeline.turn_control import Stop, StopKind, TurnSignals
+from agentkernel.pipeline.turn_control.signals_redis import RedisTurnSignals
+from agentkernel.pipeline.turn_control.testing import TurnSignalsContract
+
+pytestmark = pytest.mark.redis
+
+
+class TestRedisTurnSignals(TurnSignalsContract):
+    @pytest.fixture(autouse=True)
+    def _server(self, redis_url: str) -> Iterator[None]:
+        self.url, self.prefix = redis_url, f"t:{uuid.uuid4().hex}:"
+        self.client = redis.Redis.from_url(redis_url)
+        yield
+        for key in self.client.scan_iter(match=f"{self.prefix}*"):
+            self.client.delete(key)
+        self.client.close()
+
+    def make_signals(self, ttl: float = 60.0, stale_after: float = 60.0) -> TurnSignals:
+        return RedisTurnSignals(self.client, self.prefix, ttl=ttl, stale_after=stale_after)
+
+    def keys(self) -> list[str]:
+        return sorted(k.decode() for k in self.client.scan_iter(match=f"{self.prefix}*"))
+
+    def test_the_session_store_keeps_its_signals_under_its_prefix(self) -> None:
+        store = RedisSessionStore(self.url, prefix=self.prefix)
+        signals = store.turn_signals(stale_after=30.0)
+        assert isinstance(signals, RedisTurnSignals) and signals.stale_after == 30.0
+        signals.open("s", "r1")
+        assert f"{self.prefix}open:s" in self.keys()
+
+    def test_every_key_expires(self) -> None:
+        signals = self.make_signals(ttl=50.0, stale_after=20.0)
+        signals.open("s", "queued")
+        signals.start("s", "running")
+        signals.stop("s", "stopped", Stop(StopKind.CANCEL))
+        ttls = {key: self.client.pttl(key) for key in self.keys()}
+        assert len(ttls) == 3 and all(ttl > 0 for ttl in ttls.values()), ttls
+        assert 19_000 < ttls[f"{self.prefix}open:s"] <= 20_000
+        assert 19_000 < ttls[f"{self.prefix}turn:running"] <= 20_000
+        assert 49_000 < ttls[f"{self.prefix}turn:stopped"] <= 50_000
+
+    def test_closed_turns_and_forgotten_sessions_leave_nothing(self) -> None:
+        signals = self.make_signals()
+        signals.open("s", "a")
+        signals.start("s", "a")
+        signals.stop("s", "a", Stop(StopKind.CANCEL))
+        signals.close("s", "a")
+        assert self.keys() == []
+        signals.open("t", "b")
+        signals.stop("t", "b", Stop(StopKind.ROLLBACK, by="c"))
+        signals.start("t", "d")
+        signals.forget_session("t")
+        assert self.keys() == []
+
+    def test_an_unreachable_redis_is_an_outage(self) -> None:
+        signals = RedisTurnSignals(redis.Redis.from_url("redis://127.0.0.1:1/0"), "x:")
+        with pytest.raises(SessionStoreUnavailableError, match="start of turn r"):
+            signals.start("s", "r")
+        with pytest.raises(SessionStoreUnavailableError):
+            signals.stops(["r"])
