@@ -91,16 +91,39 @@ ALTER TABLE {s}.replies ADD COLUMN session_key text;
 CREATE INDEX replies_by_session ON {s}.replies (session_key) WHERE session_key IS NOT NULL;
 """
 
+# Turn control: the open turns of each session (one row, a jsonb map of request id to when it
+# was opened) and the start mark or stop of each turn (pipeline.turn_control.signals_postgres).
+# New tables only: nothing existing is rewritten or locked.
+_V4 = """
+CREATE TABLE {s}.open_turns (
+    session_key text PRIMARY KEY, turns jsonb NOT NULL, expires_at timestamptz NOT NULL);
+CREATE INDEX open_turns_expiry ON {s}.open_turns (expires_at);
+CREATE TABLE {s}.turn_signals (
+    request_id text PRIMARY KEY, started_in text, stop text, stop_until timestamptz,
+    expires_at timestamptz NOT NULL);
+CREATE INDEX turn_signals_expiry ON {s}.turn_signals (expires_at);
+"""
+
 #: The migrations in order: (version, what it does, SQL with ``{s}`` for the schema).
 MIGRATIONS: tuple[tuple[int, str, str], ...] = (
     (1, "response store, session store and quota tables, and the store epoch", _V1),
     (2, "queue transport: messages, dedup ids and dead letters", _V2),
     (3, "sessions API: each identity's sessions by activity, each session's turns", _V3),
+    (4, "turn control: each session's open turns, each turn's start and stop", _V4),
 )
 #: The schema version this release needs.
 LATEST = MIGRATIONS[-1][0]
 #: Tables whose rows expire, swept by :class:`~agentkernel.pipeline.postgres.sweeper.Sweeper`.
-EXPIRING = ("replies", "tickets", "chunks", "sessions", "quota_unread", "quota_bytes")
+EXPIRING = (
+    "replies",
+    "tickets",
+    "chunks",
+    "sessions",
+    "quota_unread",
+    "quota_bytes",
+    "open_turns",
+    "turn_signals",
+)
 
 
 def command(schema: str) -> str:

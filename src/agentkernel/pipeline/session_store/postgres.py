@@ -31,6 +31,8 @@ from agentkernel.core.errors import (
 from agentkernel.pipeline.postgres.backing import EPOCH, Backing
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
 from agentkernel.pipeline.session_store.index import SessionEntry, SessionPage, page_of, scope_of
+from agentkernel.pipeline.turn_control.signals import TurnSignals
+from agentkernel.pipeline.turn_control.signals_postgres import PostgresTurnSignals
 
 KEY = "session.postgres"
 _TTL = "now() + make_interval(secs => %(ttl)s)"
@@ -65,7 +67,8 @@ _TOP = 2**62
 
 
 class PostgresSessionStore(SessionStore):
-    """Session records in a PostgreSQL database (at schema version 3 or later to list them).
+    """Session records in a PostgreSQL database (at schema version 4: the listing needs 3, the
+    turn signals 4).
 
     Args:
         config: the ``session.postgres`` block.
@@ -85,7 +88,7 @@ class PostgresSessionStore(SessionStore):
             KEY,
             unavailable=SessionStoreUnavailableError,
             failed=SessionStoreError,
-            tables=("sessions",),
+            tables=("sessions", "open_turns", "turn_signals"),
         )
 
     def read(self, session_id: str) -> SessionRecord:
@@ -127,8 +130,12 @@ class PostgresSessionStore(SessionStore):
         with self._db.connection(f"erase of session {session_id}") as conn:
             conn.execute(self._db.q(_DELETE), [session_id])
 
+    def _new_turn_signals(self, stale_after: float) -> TurnSignals:
+        return PostgresTurnSignals(self._db, stale_after=stale_after)
+
     def sweep(self) -> int:
-        """Delete expired sessions now (the sweeper thread does it every ``sweep_interval``)."""
+        """Delete expired sessions and turn signals now (the sweeper thread does it every
+        ``sweep_interval``)."""
         return self._db.sweep()
 
     def ping(self) -> None:
