@@ -42,6 +42,8 @@ from agentkernel.pipeline.session_store.index import (
     page_of,
     scope_of,
 )
+from agentkernel.pipeline.turn_control.signals import TurnSignals
+from agentkernel.pipeline.turn_control.signals_dynamodb import DynamoDBTurnSignals
 
 _errors = functools.partial(
     botocore_errors, unavailable=SessionStoreUnavailableError, failed=SessionStoreError
@@ -153,6 +155,9 @@ class DynamoDBSessionStore(SessionStore):
     def delete(self, session_id: str) -> None:
         with _errors(f"DynamoDB erase of session {session_id}"):
             self._client.delete_item(TableName=self._table, Key={"session_id": {"S": session_id}})
+
+    def _new_turn_signals(self, stale_after: float) -> TurnSignals:
+        return DynamoDBTurnSignals(self._client, self._table, stale_after=stale_after)
 
     def ping(self) -> None:
         """Read one key: an Agent Runner's role may read and write the table, not describe it."""
