@@ -40,14 +40,17 @@ IO_ROLE = {
     | {"dynamodb:DescribeTable"}
     | {"dynamodb:UpdateItem"},  # the per-identity quota counts
     "DeadLetterOutput": {"sqs:SendMessage"},  # an undecodable reply, copied to the DLQ at once
-    # the sessions API: show, list (the owner index), erase
-    "SessionStore": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"},
+    # the sessions API: show, list (the owner index), erase; turn signals: open, stop, erase
+    "SessionStore": {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"}
+    | {"dynamodb:UpdateItem", "dynamodb:BatchWriteItem"},
 }
 RUNNER_ROLE = {
     "ConsumeInput": {"sqs:ReceiveMessage", "sqs:DeleteMessage", "sqs:ChangeMessageVisibility"}
     | {"sqs:GetQueueAttributes"},
     "SendToOutput": {"sqs:SendMessage"},
-    "SessionStore": {"dynamodb:GetItem", "dynamodb:PutItem"},
+    # sessions; turn signals: start, close, poll the stops
+    "SessionStore": {"dynamodb:GetItem", "dynamodb:PutItem"}
+    | {"dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchGetItem"},
     "DeadLetterInput": {"sqs:SendMessage"},  # an undecodable turn, copied to the DLQ at once
 }
 
@@ -218,6 +221,28 @@ def test_the_roles_cover_every_api_call_the_code_makes() -> None:
     assert {"dynamodb:GetItem", "dynamodb:PutItem"} <= runner
     assert {"dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"} <= io
     assert session_calls <= runner | io
+
+
+def test_the_roles_may_keep_the_turn_signals_in_the_session_table() -> None:
+    """Turn control keeps its signals in the session table: each front opens turns, asks them to
+    stop and erases a session's; each runner starts, closes and polls them. Without these, every
+    turn of a DynamoDB deployment would be refused AccessDenied."""
+    calls = api_calls(SRC / "pipeline" / "turn_control" / "signals_dynamodb.py", "dynamodb")
+    front = {"dynamodb:GetItem", "dynamodb:UpdateItem", "dynamodb:DeleteItem"}
+    front |= {"dynamodb:BatchWriteItem"}
+    runner = {"dynamodb:UpdateItem", "dynamodb:DeleteItem", "dynamodb:BatchGetItem"}
+    assert calls == front | runner
+    assert front <= policy("io")["SessionStore"][0]
+    assert runner <= policy("runner")["SessionStore"][0]
+    assert front <= session_table_actions("request-handler")
+    assert runner <= session_table_actions("agent-runner")
+
+
+def session_table_actions(module: str) -> set[str]:
+    """The actions a serverless module's function is granted on the session table."""
+    text = a.expression(a.locals_of(a.MODULES / module)["sessions"])
+    assert "var.session_table_arn]" in text or "var.session_table_arn," in text, module
+    return set(re.findall(r'"(dynamodb:\w+)"', text))
 
 
 def response_table_actions(module: str) -> set[str]:

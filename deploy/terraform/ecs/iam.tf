@@ -4,7 +4,8 @@
 # per-identity quota counts, one item per identity in the response table), and sqs:SendMessage
 # to the dead-letter queue of the queue each role consumes (an undecodable message is copied
 # there at once). The IO role also reads, lists (the owner index) and erases sessions for the
-# sessions API. tests/deploy checks the lists.
+# sessions API; both roles keep the turn signals in the session table (turn control). tests/deploy
+# checks the lists.
 
 data "aws_iam_policy_document" "ecs_tasks_assume" {
   statement {
@@ -73,8 +74,16 @@ data "aws_iam_policy_document" "io" {
   }
 
   statement {
-    sid       = "SessionStore" # the sessions API: show, list by the owner index, erase
-    actions   = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"]
+    # the sessions API: show, list by the owner index, erase (with the session's open turns);
+    # turn control: open each turn, ask turns to stop
+    sid = "SessionStore"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:Query",
+      "dynamodb:DeleteItem",
+      "dynamodb:UpdateItem",
+      "dynamodb:BatchWriteItem",
+    ]
     resources = [module.tables[0].session_table_arn, "${module.tables[0].session_table_arn}/index/by_owner"]
   }
 }
@@ -122,9 +131,17 @@ data "aws_iam_policy_document" "runner" {
   }
 
   statement {
-    # GetItem is also the session store's check at start-up and behind the runner's GET /ready
-    sid       = "SessionStore"
-    actions   = ["dynamodb:GetItem", "dynamodb:PutItem"]
+    # GetItem is also the session store's check at start-up and behind the runner's GET /ready;
+    # turn control: start and close each turn (UpdateItem, DeleteItem), poll the stops asked
+    # for the turns it runs (BatchGetItem)
+    sid = "SessionStore"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:BatchGetItem",
+    ]
     resources = [module.tables[0].session_table_arn]
   }
 }

@@ -14,9 +14,17 @@ locals {
     AK_SESSION__DYNAMODB__TABLE_NAME = var.session_table_name
   }, var.extra_environment)
 
+  # Sessions, and the turn signals kept beside them: start and close each turn (UpdateItem,
+  # DeleteItem), poll the stops asked for the turns it runs (BatchGetItem).
   sessions = var.session_table_arn == null ? [] : [{
-    sid       = "Sessions"
-    actions   = ["dynamodb:GetItem", "dynamodb:PutItem"]
+    sid = "Sessions"
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:PutItem",
+      "dynamodb:UpdateItem",
+      "dynamodb:DeleteItem",
+      "dynamodb:BatchGetItem",
+    ]
     resources = [var.session_table_arn]
   }]
 }

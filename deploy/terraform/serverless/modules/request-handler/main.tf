@@ -3,7 +3,8 @@
 # ticket of each accepted turn and the deployment secret (PutItem), and the per-identity quota
 # counts (GetItem, UpdateItem on one item per identity). The sessions API erases a session's
 # replies, tickets and chunks (DeleteItem) and, with a session table, reads, lists (its owner
-# index) and erases sessions. tests/deploy checks the lists.
+# index) and erases sessions, and keeps the turn signals there (UpdateItem: open each turn, ask
+# turns to stop; BatchWriteItem: erase a session's open turns). tests/deploy checks the lists.
 
 locals {
   environment = merge({
@@ -20,7 +21,13 @@ locals {
 
   sessions = var.session_table_arn == null ? [] : [{
     sid       = "Sessions"
-    actions   = ["dynamodb:GetItem", "dynamodb:Query", "dynamodb:DeleteItem"]
+    actions = [
+      "dynamodb:GetItem",
+      "dynamodb:Query",
+      "dynamodb:DeleteItem",
+      "dynamodb:UpdateItem",
+      "dynamodb:BatchWriteItem",
+    ]
     resources = [var.session_table_arn, "${var.session_table_arn}/index/by_owner"]
   }]
 
