@@ -50,9 +50,9 @@ class TestDynamoDBTurnSignals(TurnSignalsContract):
         expiries = {i["session_id"]["S"]: float(i["expiry_time"]["N"]) for i in self.items()}
         left = {key: at - time.time() for key, at in expiries.items()}
         assert len(left) == 3, left
-        assert 18 < left["signals/open/s"] <= 21
-        assert 18 < left["signals/turn/running"] <= 21
-        assert 48 < left["signals/turn/stopped"] <= 51
+        assert 10 < left["signals/open/s"] <= 21
+        assert 10 < left["signals/turn/running"] <= 21
+        assert 40 < left["signals/turn/stopped"] <= 51
 
     def test_closed_turns_and_forgotten_sessions_leave_nothing_but_an_expiring_item(self) -> None:
         signals = self.make_signals()
