@@ -150,6 +150,8 @@ class Tally:
     crashes: int
     seconds: float
     errors: dict[str, int]
+    #: With multitask strategies on: the outcomes of the paired turns (``None``: off).
+    strategy_outcomes: dict[str, int] | None = None
 
     def line(self) -> str:
         c = self.counts
@@ -165,7 +167,14 @@ class Tally:
             f"changed {c['changed']}, poison {self.poison}, faults {self.faults}, "
             f"SIGTERM exits {len(self.exits)} (slowest {max(self.exits, default=0):.1f}s, "
             f"bad {len(self.bad_exits)}), crashes {self.crashes}, {self.seconds:.0f}s"
+            + self._strategies()
         )
+
+    def _strategies(self) -> str:
+        if self.strategy_outcomes is None:
+            return ""
+        seen = ", ".join(f"{k} {n}" for k, n in sorted(self.strategy_outcomes.items()))
+        return f"; paired turns: {seen or 'none'}"
 
     @property
     def wait_bound(self) -> float:
@@ -185,6 +194,8 @@ class Tally:
             found.append(f"poison turn: {self.poison}")
         if self.cut:
             found.append(f"{self.cut} POSTs cut off without an answer (no JSON 503/504)")
+        if self.strategy_outcomes is not None and not self.strategy_outcomes:
+            found.append("multitask strategies were on, but no paired turn was answered")
         found += [f"the fault script failed: {e}" for e in self.fault_errors]
         found += [
             f"{name} wrote {n} log records > {LOG_RECORDS_PER_PROCESS}"
@@ -297,7 +308,27 @@ def tally(label: str, workload: Workload, cluster: Cluster, seconds: float) -> T
         crashes=events.crashes,
         seconds=seconds,
         errors=dict(Counter(_code(t) for t in turns if "failed" in t.problems)),
+        strategy_outcomes=_paired_outcomes(workload) if workload.strategies else None,
     )
+
+
+def _paired_outcomes(workload: Workload) -> dict[str, int]:
+    """How the paired turns ended: ``<strategy>: <outcome>`` for the turn sending the strategy,
+    ``before <strategy>: <outcome>`` for the turn it met."""
+    found: Counter[str] = Counter()
+    for session in workload.turns:
+        for index, turn in enumerate(session):
+            if turn.strategy is None or turn.answered is None:
+                continue
+            found[f"{turn.strategy}: {_outcome(turn)}"] += 1
+            met = session[index - 1]  # the turn right before it (coalesce: the queued one)
+            if met.answered is not None:
+                found[f"before {turn.strategy}: {_outcome(met)}"] += 1
+    return dict(found)
+
+
+def _outcome(turn: Turn) -> str:
+    return "ok" if turn.status == 200 else str((turn.doc or {}).get("error", turn.status))
 
 
 def _code(turn: Turn) -> str:

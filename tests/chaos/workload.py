@@ -8,9 +8,10 @@ Each reply's list must equal the prompts of the session answered so far plus its
 
 With ``strategies`` on, every fourth turn of a session is sent without waiting (202) and the
 next one right behind it with a multitask strategy (``interrupt``, ``rollback``, ``coalesce``,
-``reject`` in turn): the first may then end ``CANCELLED`` or ``SUPERSEDED``, the second
-``SESSION_BUSY``, and a turn that ended so must never show in a later reply (nothing of it is
-committed), while every other rule holds as before.
+``reject`` in turn; ``coalesce`` after two queued ones): the turns it meets may then end
+``CANCELLED`` or ``SUPERSEDED``, the strategy's own turn ``SESSION_BUSY``, and a turn that
+ended so must never show in a later reply (nothing of it is committed), while every other rule
+holds as before.
 """
 
 from __future__ import annotations
@@ -136,11 +137,11 @@ class Workload:
                 if not self._more(turns):
                     return
                 turns.append(Turn(turns[0].session, i, f"p{i}"))
-            if self._paired(turns, i):
-                sent = [turns[i], turns[i + 1]]
-                await self._pair(client, *sent, deadline)
+            group = self._group(turns, i)
+            sent = turns[i : i + group]
+            if group > 1:
+                await self._pair(client, sent, deadline)
             else:
-                sent = [turns[i]]
                 await self._drive(client, turns[i], deadline)
             for turn in sent:
                 if turn.answered is None:
@@ -150,32 +151,41 @@ class Workload:
                     applied.append(turn.prompt)
             i += len(sent)
 
-    def _paired(self, turns: list[Turn], i: int) -> bool:
-        """Whether turn ``i`` is sent with the next one right behind it (``strategies``); the
-        next one is added when the session has no more planned."""
-        if not self.strategies or i % 4 != 1 or turns[i].poison:
-            return False
-        if i + 1 == len(turns) and len(turns) < MAX_TURNS:
-            turns.append(Turn(turns[0].session, i + 1, f"p{i + 1}"))
-        return i + 1 < len(turns) and not turns[i + 1].poison
-
-    async def _pair(
-        self, client: httpx.AsyncClient, first: Turn, second: Turn, deadline: float
-    ) -> None:
-        """``first`` without waiting, ``second`` behind it with a strategy, then both answers."""
-        strategy = STRATEGIES[(first.index // 4 + len(first.session)) % len(STRATEGIES)]
-        second.strategy = strategy
-        first.allowed = STOPPED_BY.get(strategy, frozenset())
-        second.allowed = frozenset({"SESSION_BUSY"}) if strategy == "reject" else frozenset()
-        request_id = await self._drive(client, first, deadline, asynchronous=True)
-        await self._drive(client, second, deadline)
-        if request_id is not None and first.answered is None:
-            await self._drive(client, first, deadline, request_id=request_id)
+    def _group(self, turns: list[Turn], i: int) -> int:
+        """How many turns from ``i`` on are sent together: 1, or with ``strategies`` on, every
+        fourth turn and the one behind it with a strategy (``coalesce``: two queued behind one
+        another, then the one replacing the second). Turns are added when the session has no
+        more planned."""
+        if not self.strategies or i % 4 != 1:
+            return 1
+        strategy = STRATEGIES[(i // 4 + len(turns[0].session)) % len(STRATEGIES)]
+        size = 3 if strategy == "coalesce" else 2
+        while len(turns) < min(i + size, MAX_TURNS):
+            turns.append(Turn(turns[0].session, len(turns), f"p{len(turns)}"))
+        group = turns[i : i + size]
+        if len(group) < size or any(t.poison for t in group):
+            return 1
+        group[-1].strategy = strategy
+        return size
 
     def _more(self, turns: list[Turn]) -> bool:
         """Whether a session that sent its turns goes on: faults still running, or not yet met."""
         ended, last = self.faults_ended, turns[-1].started
         return len(turns) < MAX_TURNS and (ended is None or last is None or last < ended)
+
+    async def _pair(self, client: httpx.AsyncClient, group: list[Turn], deadline: float) -> None:
+        """Every turn of ``group`` but the last without waiting, the last with its strategy
+        right behind them, then every answer."""
+        last, earlier = group[-1], group[:-1]
+        assert last.strategy is not None
+        for turn in earlier:
+            turn.allowed = STOPPED_BY.get(last.strategy, frozenset())
+        last.allowed = frozenset({"SESSION_BUSY"}) if last.strategy == "reject" else frozenset()
+        ids = [await self._drive(client, turn, deadline, asynchronous=True) for turn in earlier]
+        await self._drive(client, last, deadline)
+        for turn, request_id in zip(earlier, ids, strict=True):
+            if request_id is not None and turn.answered is None:
+                await self._drive(client, turn, deadline, request_id=request_id)
 
     async def _drive(
         self,
