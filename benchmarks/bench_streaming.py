@@ -134,6 +134,9 @@ def split(args: argparse.Namespace) -> None:
         "AK_EXECUTION__RESPONSE_STORE__TYPE": "redis",
         "AK_EXECUTION__RESPONSE_STORE__REDIS__URL": "redis://127.0.0.1:6379/0",
         "AK_EXECUTION__RESPONSE_STORE__REDIS__PREFIX": f"bench:{tag}:",
+        "AK_SESSION__TYPE": "redis",  # a runner refuses a session store of its own
+        "AK_SESSION__REDIS__URL": "redis://127.0.0.1:6379/0",
+        "AK_SESSION__REDIS__PREFIX": f"bench:{tag}:",
     }
     port = free_port()
     io = spawn(["io", "--port", str(port)], env)
