@@ -1,8 +1,9 @@
 """The response handler: OUTPUT queue -> response store.
 
 Each OUTPUT message becomes a :class:`ResponseRecord` keyed by its ``request_id`` attribute, with
-the status from the ``status_code`` attribute; one with a ``chunk_index`` attribute is a chunk
-of a streamed reply and is kept beside it for streaming clients. While the store is down,
+the status from the ``status_code`` attribute; one with a ``chunk_index`` attribute carries one
+chunk of a streamed reply, or several consecutive ones (:mod:`agentkernel.pipeline.frames`), kept
+beside it for streaming clients in one store write. While the store is down,
 messages are delivered again with a growing delay (the consumer loop's back-off); a message that
 exhausted its deliveries is still stored as the reply it carries, so an outage longer than the
 retries only delays replies. A message that cannot be decoded (a body that is not a JSON
@@ -31,6 +32,7 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.frames import chunk_frames
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
 
@@ -124,19 +126,20 @@ class ResponseHandler(QueueConsumer):
         self.store.put(record)
         self._count(record.owner, record.request_id, len(message.body))
 
-    def _put_chunk(self, message: QueueMessage, index: str) -> None:
+    def _put_chunk(self, message: QueueMessage, span: str) -> None:
         try:
-            frame = json.loads(message.body)
+            chunks = chunk_frames(span, json.loads(message.body))
         except ValueError:
-            frame = None
-        if not (index.isdigit() and isinstance(frame, dict)):
+            chunks = None
+        if chunks is None:
             logger.error("dropping malformed chunk message %s", message.message_id)
             return
         request_id = message.attributes.get(ATTR_REQUEST_ID, "")
+        first, frames = chunks
         try:
-            self.store.put_chunk(request_id, int(index), frame)
+            self.store.put_chunks(request_id, first, frames)
             owner = message.attributes.get(ATTR_USER_ID)
-            self._count(owner, f"{request_id}#{index}", len(message.body))
+            self._count(owner, f"{request_id}#{first}", len(message.body))
         except NotImplementedError:
             # The final reply still arrives; only live chunks are lost to this store.
             logger.warning("%s keeps no stream chunks; dropping one", type(self.store).__name__)
