@@ -67,8 +67,8 @@ def chunk_frames(span: str, body: object) -> tuple[int, list[dict[str, Any]]] | 
     start = int(first)
     if not last:
         return start, [body]
-    deltas = body.get("deltas")
-    if not (last.isdigit() and isinstance(deltas, list) and len(deltas) == int(last) - start + 1):
+    deltas, count = body.get("deltas"), int(last) - start + 1 if last.isdigit() else 0
+    if not (count > 1 and isinstance(deltas, list) and len(deltas) == count):
         return None
     request_id, session_id = str(body.get("request_id", "")), str(body.get("session_id", ""))
     return start, [
