@@ -21,7 +21,7 @@ import threading
 from agentkernel.core.blocking import nonblocking_async
 from agentkernel.core.config import QueuesConfig
 from agentkernel.core.errors import StoreError
-from agentkernel.pipeline.consumer.base import Handler, QueueConsumer
+from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, LoopSettings
 from agentkernel.pipeline.envelope import (
@@ -37,6 +37,10 @@ from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
 
 logger = logging.getLogger(__name__)
+
+#: Messages per OUTPUT fetch when ``execution.queues.batch_size`` is unset. Replies and chunks
+#: are small and stored at once; fetched one at a time, a few streams outran the IO process.
+OUTPUT_BATCH_SIZE = 10
 
 
 def record_of(message: QueueMessage) -> ResponseRecord:
@@ -84,14 +88,13 @@ class ResponseHandler(QueueConsumer):
             on_event_loop: store each reply on the handling's event loop instead of a worker
                 thread (an in-process store, which never blocks).
         """
-        process: Handler = self.process_message
-        failure: Handler = self.on_permanent_failure
-        if on_event_loop:
-            process, failure = nonblocking_async(process), nonblocking_async(failure)
+        # Async either way, so that the consumer loop keeps many replies in flight: handled one
+        # per place of a fetched batch, a stream of small chunk messages waited on each store
+        # round trip in turn (the order of a session's messages is kept by the handling).
+        wrap = nonblocking_async if on_event_loop else as_async
+        process, failure = wrap(self.process_message), wrap(self.on_permanent_failure)
+        undecodable = wrap(self.on_undecodable)
         policy = HandlingPolicy(max_receive_count=self.queues.output.max_receive_count)
-        undecodable: Handler = self.on_undecodable
-        if on_event_loop:
-            undecodable = nonblocking_async(undecodable)
         return MessageHandling(
             process, failure, queue=QueueName.OUTPUT, policy=policy, on_undecodable=undecodable
         )
@@ -107,7 +110,7 @@ class ResponseHandler(QueueConsumer):
         """
         settings = LoopSettings(
             num_consumers=self.queues.output.no_of_consumers,
-            batch_size=self.queues.batch_size or 1,
+            batch_size=self.queues.batch_size or OUTPUT_BATCH_SIZE,
             drain_timeout=drain_timeout,
         )
         factory = functools.partial(self.transport.create_consumer, QueueName.OUTPUT)
