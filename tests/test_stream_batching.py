@@ -133,6 +133,23 @@ def test_a_chunk_larger_than_a_batch_goes_alone() -> None:
     assert [f["delta"] for f in frames_of(sent(transport))] == ["x" * 500, "y"]
 
 
+class Paced(Streamer):
+    MESSAGES_PER_SECOND: ClassVar[float] = 0.5  # one stream alone: 2 s between messages...
+    MAX_INTERVAL_SECONDS: ClassVar[float] = 1.5  # ...but never more than this
+
+
+def test_a_turns_messages_are_spaced_but_its_last_chunks_never_wait() -> None:
+    transport = SlowTransport()
+    started = time.monotonic()
+    run(Paced(transport, QueueMessage(), turn()), ticking(60))  # yields for about 0.05 s
+    elapsed = time.monotonic() - started
+    messages = sent(transport)
+    # The first chunk alone, the rest once the agent is done: not one message per send time.
+    assert [m.attributes[ATTR_CHUNK_INDEX] for m in messages] == ["0", "1-59"]
+    assert elapsed < Paced.MAX_INTERVAL_SECONDS  # the end did not wait out the interval
+    assert not Streamer._active
+
+
 def test_a_failed_send_fails_the_turn_for_a_retry() -> None:
     with pytest.raises(RetryableError, match="could not be sent"):
         run(Streamer(SlowTransport(fail_after=1), QueueMessage(), turn()), ticking(40))

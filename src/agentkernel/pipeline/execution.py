@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
@@ -49,16 +50,25 @@ async def bounded(work: Coroutine[Any, Any, str], timeout: float | None) -> str:
 class Streamer:
     """Runs a streaming turn, sending its chunks to OUTPUT while the agent yields them.
 
-    A chunk yielded while no send is on its way goes out at once; the chunks yielded while one
-    is travel together in the next message, sent the moment the previous one is accepted. A
-    fast agent then costs a few broker messages per turn instead of one per chunk, and no chunk
-    waits longer than one send before its own starts. The agent runs ahead of the broker by
-    at most one message of chunks (:attr:`MAX_BATCH_BYTES`): past that it waits for the send.
+    The first chunk goes out at once; the chunks yielded while a send is on its way travel
+    together in the next message. A fast agent then costs a few broker messages per turn
+    instead of one per chunk. Consecutive messages of one turn are also spaced by the turn's
+    share of :attr:`MESSAGES_PER_SECOND` (the streams running in this process divided by it, at
+    most :attr:`MAX_INTERVAL_SECONDS`): one stream is not slowed, a hundred model-paced ones
+    send a few chunks per message instead of flooding OUTPUT faster than an IO process stores
+    it. The last chunks of a turn never wait. The agent runs ahead of the broker by at most one
+    message of chunks (:attr:`MAX_BATCH_BYTES`): past that it waits for the send.
     """
 
     #: Largest body of a message that carries several chunks, in bytes: well under every
     #: broker's limit (SQS: 256 KiB with the attributes). A larger single chunk goes alone.
     MAX_BATCH_BYTES: ClassVar[int] = 64 * 1024
+    #: Chunk messages per second this process aims at across all its streams.
+    MESSAGES_PER_SECOND: ClassVar[float] = 200.0
+    #: Longest pause between two chunk messages of one turn, in seconds (the added delay bound).
+    MAX_INTERVAL_SECONDS: ClassVar[float] = 0.25
+    #: The streams running in this process (their count sets each one's pace).
+    _active: ClassVar[set[Streamer]] = set()
 
     def __init__(self, transport: QueueTransport, message: QueueMessage, turn: Turn) -> None:
         self._transport, self._turn = transport, turn
@@ -68,9 +78,11 @@ class Streamer:
         self._next = 0
         self._sender: asyncio.Task[None] | None = None
         self._failure: RetryableError | None = None
+        self._hurry = asyncio.Event()
 
     async def run(self, agent: Agent) -> str:
         parts: list[str] = []
+        self._active.add(self)
         try:
             try:
                 async for delta in agent.stream(self._turn):
@@ -84,6 +96,7 @@ class Streamer:
             if self._failure is not None:
                 raise self._failure
         finally:
+            self._active.discard(self)
             if self._sender is not None:
                 self._sender.cancel()  # only still running when the turn was cancelled
         return "".join(parts)
@@ -97,8 +110,10 @@ class Streamer:
             self._sender = asyncio.create_task(self._send_pending())
         elif self._pending_size >= self.MAX_BATCH_BYTES:
             await self._drained()  # a full message waits already: the agent waits for the broker
+            self._hurry.clear()
 
     async def _drained(self) -> None:
+        self._hurry.set()
         sender = self._sender
         if sender is not None:
             await asyncio.wait({sender})
@@ -110,12 +125,23 @@ class Streamer:
         try:
             while self._pending:
                 first, count, body = self._next, *self._batch()
+                started = time.monotonic()
                 await self._send(first, count, body)
                 del self._pending[:count]
                 self._pending_size = sum(map(len, self._pending))
                 self._next += count
+                await self._pace(started)
         except RetryableError as exc:
             self._failure = exc
+
+    async def _pace(self, started: float) -> None:
+        """Wait out this stream's share of the process's chunk messages (see the class), unless
+        the agent is done or waits for the broker (:meth:`_drained`)."""
+        interval = min(self.MAX_INTERVAL_SECONDS, len(self._active) / self.MESSAGES_PER_SECOND)
+        wait = interval - (time.monotonic() - started)
+        if wait > 0 and not self._hurry.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), wait)
 
     def _batch(self) -> tuple[int, str]:
         """How many pending chunks the next message carries, and its body."""
