@@ -151,12 +151,22 @@ def report(name: str, delays: list[float], what: str = "first-token delay") -> N
 
 def rates(name: str, url: str, args: argparse.Namespace) -> None:
     """The chunk-rate and paced runs of one topology."""
-    for clients, chunks in ((1, args.chunks), (100, args.chunks), (100, args.chunks // 10)):
-        rate = asyncio.run(chunk_rate(url, clients, chunks))
-        print(f"{name}, {clients:>3} SSE client(s) x {chunks:>3}   {rate:10,.0f} chunks/s")
+    for clients, chunks in ((1, args.chunks), (100, args.chunks // 10), (100, args.chunks)):
+        label = f"{name}, {clients:>3} SSE client(s) x {chunks:>3}"
+        try:
+            rate = asyncio.run(chunk_rate(url, clients, chunks))
+        except (RuntimeError, AssertionError, httpx.HTTPError) as exc:  # a stream timed out
+            print(f"{label}   failed: {str(exc)[:120]}")
+        else:
+            print(f"{label}   {rate:10,.0f} chunks/s")
     clients, chunks, interval = args.paced_clients, args.paced_chunks, args.interval
-    rate, delays = asyncio.run(paced_rate(url, clients, chunks, interval))
-    print(f"{name}, {clients:>3} paced clients x {chunks:>3}   {rate:10,.0f} chunks/s")
+    label = f"{name}, {clients:>3} paced clients x {chunks:>3}"
+    try:
+        rate, delays = asyncio.run(paced_rate(url, clients, chunks, interval))
+    except (RuntimeError, AssertionError, httpx.HTTPError) as exc:
+        print(f"{label}   failed: {str(exc)[:120]}")
+        return
+    print(f"{label}   {rate:10,.0f} chunks/s")
     report(f"{name}, paced", delays, "chunk delay")
 
 
