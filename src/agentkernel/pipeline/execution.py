@@ -106,7 +106,9 @@ class Streamer:
             raise self._failure
         self._pending.append(delta)
         self._pending_size += len(delta)
-        if self._sender is None or self._sender.done():
+        if self._next == 0 and len(self._pending) == 1 and self._transport.nonblocking:
+            await self._send_batch()  # the first chunk, on an in-process queue: sent inline
+        elif self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_pending())
         elif self._pending_size >= self.MAX_BATCH_BYTES:
             await self._drained()  # a full message waits already: the agent waits for the broker
@@ -124,15 +126,19 @@ class Streamer:
         """Send what is pending, one message at a time, until nothing is (or a send failed)."""
         try:
             while self._pending:
-                first, count, body = self._next, *self._batch()
                 started = time.monotonic()
-                await self._send(first, count, body)
-                del self._pending[:count]
-                self._pending_size = sum(map(len, self._pending))
-                self._next += count
+                await self._send_batch()
                 await self._pace(started)
         except RetryableError as exc:
             self._failure = exc
+
+    async def _send_batch(self) -> None:
+        """Send the first pending chunks in one message."""
+        first, count, body = self._next, *self._batch()
+        await self._send(first, count, body)
+        del self._pending[:count]
+        self._pending_size = sum(map(len, self._pending))
+        self._next += count
 
     async def _pace(self, started: float) -> None:
         """Wait out this stream's share of the process's chunk messages (see the class), unless
