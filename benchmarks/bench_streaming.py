@@ -43,12 +43,18 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
+LOG_DIR: list[Path] = []  # --log-dir: where the servers' output goes (default: nowhere)
+
+
 def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
+    out: Any = subprocess.DEVNULL
+    if LOG_DIR:
+        out = (LOG_DIR[0] / f"{args[0]}-{uuid.uuid4().hex[:6]}.log").open("wb")
     return subprocess.Popen(
         [sys.executable, "-m", "agentkernel", *args],
         env=os.environ | env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
+        stdout=out,
+        stderr=subprocess.STDOUT,
     )
 
 
@@ -85,7 +91,7 @@ async def one_stream(client: httpx.AsyncClient, chunks: int) -> int:
                 frame = json.loads(line[6:])
                 if frame.get("done"):
                     if "error" in frame:
-                        raise RuntimeError(f"stream failed: {frame}")
+                        raise RuntimeError(f"stream failed: {frame['error']}: {frame['message']}")
                     return received
                 received += 1
     return received
@@ -99,7 +105,7 @@ async def paced_stream(client: httpx.AsyncClient, body: dict[str, Any], delays: 
                 frame = json.loads(line[6:])
                 if frame.get("done"):
                     if "error" in frame:
-                        raise RuntimeError(f"stream failed: {frame}")
+                        raise RuntimeError(f"stream failed: {frame['error']}: {frame['message']}")
                     return received
                 delays.append((time.time() - float(frame["delta"])) * 1000)
                 received += 1
@@ -225,8 +231,14 @@ def main() -> None:
     parser.add_argument("--paced-chunks", type=int, default=50)
     parser.add_argument("--interval", type=float, default=0.02, help="seconds between chunks")
     parser.add_argument("--split", action="store_true", help="also run IO + runner on NATS")
+    parser.add_argument("--no-embedded", action="store_true", help="run only the split half")
+    parser.add_argument("--log-dir", type=Path, help="keep the servers' output there")
     args = parser.parse_args()
-    embedded(args)
+    if args.log_dir:
+        args.log_dir.mkdir(parents=True, exist_ok=True)
+        LOG_DIR.append(args.log_dir)
+    if not args.no_embedded:
+        embedded(args)
     if args.split:
         split(args)
 

@@ -36,9 +36,11 @@ SEND_SECONDS = 0.005
 
 
 class SlowTransport(InMemoryTransport):
-    """The in-memory broker, but each send blocks like a broker's round trip."""
+    """The in-memory broker, but each send blocks like a broker's round trip (and its replies
+    are stored elsewhere, as on a broker)."""
 
     nonblocking = False
+    queues_in_process = False
 
     def __init__(self, fail_after: int | None = None) -> None:
         super().__init__()
@@ -148,6 +150,15 @@ def test_a_turns_messages_are_spaced_but_its_last_chunks_never_wait() -> None:
     assert [m.attributes[ATTR_CHUNK_INDEX] for m in messages] == ["0", "1-59"]
     assert elapsed < Paced.MAX_INTERVAL_SECONDS  # the end did not wait out the interval
     assert not Streamer._active
+
+
+def test_an_in_process_queue_is_not_paced() -> None:
+    class InProcess(SlowTransport):
+        queues_in_process = True
+
+    transport = InProcess()
+    run(Paced(transport, QueueMessage(), turn()), ticking(60))
+    assert len(sent(transport)) > 2  # one message per send time, as without pacing
 
 
 def test_a_failed_send_fails_the_turn_for_a_retry() -> None:

@@ -56,8 +56,9 @@ class Streamer:
     share of :attr:`MESSAGES_PER_SECOND` (the streams running in this process divided by it, at
     most :attr:`MAX_INTERVAL_SECONDS`): one stream is not slowed, a hundred model-paced ones
     send a few chunks per message instead of flooding OUTPUT faster than an IO process stores
-    it. The last chunks of a turn never wait. The agent runs ahead of the broker by at most one
-    message of chunks (:attr:`MAX_BATCH_BYTES`): past that it waits for the send.
+    it (on an in-process queue there is no such limit, nor pause). The last chunks of a turn
+    never wait. The agent runs ahead of the broker by at most one message of chunks
+    (:attr:`MAX_BATCH_BYTES`): past that it waits for the send.
     """
 
     #: Largest body of a message that carries several chunks, in bytes: well under every
@@ -143,6 +144,8 @@ class Streamer:
     async def _pace(self, started: float) -> None:
         """Wait out this stream's share of the process's chunk messages (see the class), unless
         the agent is done or waits for the broker (:meth:`_drained`)."""
+        if self._transport.queues_in_process:
+            return  # its replies are stored by this process as fast as they come: no flood
         interval = min(self.MAX_INTERVAL_SECONDS, len(self._active) / self.MESSAGES_PER_SECOND)
         wait = interval - (time.monotonic() - started)
         if wait > 0 and not self._hurry.is_set():
