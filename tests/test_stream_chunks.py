@@ -15,7 +15,8 @@ import pytest
 from agentkernel import Agent, AgentRegistry, Turn
 from agentkernel.core.config import RunnerConfig
 from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import ATTR_STREAM, QueueName
+from agentkernel.pipeline.envelope import ATTR_CHUNK_INDEX, ATTR_STREAM, QueueName
+from agentkernel.pipeline.frames import chunk_frames
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from tests.runner_config import config_with
@@ -59,13 +60,16 @@ def test_the_runner_sends_json_chunks_and_skips_empty_ones() -> None:
     message.attributes[ATTR_STREAM] = "1"
     asyncio.run(runner.process_message(message))
     consumer = transport.create_consumer(QueueName.OUTPUT)
-    bodies = []
+    bodies, frames = [], []
     while batch := consumer.fetch(10, 0.05):  # one message of a group at a time, as on a broker
         for message in batch:
             consumer.ack(message)
             bodies.append(json.loads(message.body))
-    deltas = [body["delta"] for body in bodies if "delta" in body]
+            if span := message.attributes.get(ATTR_CHUNK_INDEX):
+                frames += chunk_frames(span, bodies[-1])[1]  # type: ignore[index]
+    deltas = [frame["delta"] for frame in frames]
     assert deltas == [e for e in ENCODED if e]
+    assert [frame["index"] for frame in frames] == list(range(len(deltas)))
     assert json.loads(deltas[0]) == CHUNKS[0]
     [reply] = [body for body in bodies if "result" in body]
     assert reply["result"] == "".join(ENCODED)

@@ -42,7 +42,7 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.frames import done_frame
+from agentkernel.pipeline.frames import chunk_frames, done_frame
 from agentkernel.pipeline.response_handler import ResponseHandler as StoreWriter
 from agentkernel.pipeline.response_handler import record_of
 from agentkernel.pipeline.response_store import ResponseStore, create_response_store
@@ -204,7 +204,9 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         ):
             StoreWriter.process_message(self, message)  # stores it, then hands on its webhook
         if connection is not None:
-            self._push(message, connection, self._frame(message))
+            for frame in self._frames(message):
+                if not self._push(message, connection, frame):
+                    break
             if self.store is None and ATTR_CHUNK_INDEX not in message.attributes:
                 self.notify(message, record_of(message))  # nothing stored: pushed, then posted
 
@@ -225,11 +227,21 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
             self._push(message, connection, frame)
 
     @classmethod
+    def _frames(cls, message: QueueMessage) -> list[dict[str, Any]]:
+        """The frames a message becomes: one per chunk it carries, or the reply's one."""
+        span = message.attributes.get(ATTR_CHUNK_INDEX)
+        if span is None:
+            return [cls._frame(message)]
+        shown = {"request_id": cls._shown_id(message)}
+        chunks = chunk_frames(span, json.loads(message.body))
+        if chunks is None:
+            logger.error("dropping malformed chunk message %s", message.message_id)
+            return []
+        return [frame | shown for frame in chunks[1]]
+
+    @classmethod
     def _frame(cls, message: QueueMessage) -> dict[str, Any]:
         shown = {"request_id": cls._shown_id(message)}
-        if ATTR_CHUNK_INDEX in message.attributes:
-            frame: dict[str, Any] = json.loads(message.body)
-            return frame | shown
         record = record_of(message)
         if ATTR_STREAM in message.attributes:
             return done_frame(record) | shown
@@ -241,7 +253,8 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
         }
         return frame | {k: v for k, v in record.body.items() if k not in frame}
 
-    def _push(self, message: QueueMessage, connection: str, frame: dict[str, Any]) -> None:
+    def _push(self, message: QueueMessage, connection: str, frame: dict[str, Any]) -> bool:
+        """Post ``frame``; ``False`` when the connection is gone (it is forgotten)."""
         endpoint = message.attributes.get(ATTR_ENDPOINT, "")
         try:
             self.pusher.post(endpoint, connection, frame)
@@ -252,6 +265,8 @@ class ResponseHandler(LambdaSQSConsumer, StoreWriter):
             )
             if self.connections is not None:
                 self.connections.remove(connection)
+            return False
+        return True
 
     def _release_quota(self, message: QueueMessage) -> None:
         """A final frame reached its client: release the turn from its owner's unread quota

@@ -52,6 +52,7 @@ class ServerlessAgentRunner(LambdaSQSConsumer, AgentRunner):
 
 
 class ServerlessStreamAgentRunner(ServerlessAgentRunner):
-    """The same, but every reply is streamed: one OUTPUT message per chunk, then the reply."""
+    """The same, but every reply is streamed: its chunks on OUTPUT (those yielded while a send
+    was on its way together in one message), then the reply."""
 
     stream_all = True

@@ -350,7 +350,10 @@ class QueuesConfig(Block):
         default_factory=OutputQueueSettings, description="The OUTPUT queue (replies)."
     )
     batch_size: int | None = Field(
-        None, ge=1, le=10, description="Messages per fetch on both queues; unset means 1."
+        None,
+        ge=1,
+        le=10,
+        description="Messages per fetch on both queues; unset means 1 on INPUT and 10 on OUTPUT.",
     )
     in_memory: InMemoryQueueConfig | None = Field(None, description="In-memory transport tuning.")
 

@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import copy
 import json
 import logging
 import threading
 import time
 from collections.abc import Coroutine
-from typing import Any
+from typing import Any, ClassVar
 
 from agentkernel.core.agent import Agent, Turn
 from agentkernel.core.blocking import call
@@ -21,7 +22,7 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.frames import chunk_frame
+from agentkernel.pipeline.frames import chunk_batch, chunk_frame, chunk_span
 from agentkernel.pipeline.last_errors import cause_of
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.replies import ChatTurnBody, error_doc, reply_attributes
@@ -76,34 +77,145 @@ async def bounded(
 
 
 class Streamer:
-    """Runs a streaming turn, sending each chunk to OUTPUT as the agent yields it."""
+    """Runs a streaming turn, sending its chunks to OUTPUT while the agent yields them.
+
+    The first chunk goes out at once; the chunks yielded while a send is on its way travel
+    together in the next message. A fast agent then costs a few broker messages per turn
+    instead of one per chunk. Consecutive messages of one turn are also spaced by the turn's
+    share of :attr:`MESSAGES_PER_SECOND` (the streams running in this process divided by it, at
+    most :attr:`MAX_INTERVAL_SECONDS`): one stream is not slowed, a hundred model-paced ones
+    send a few chunks per message instead of flooding OUTPUT faster than an IO process stores
+    it (on an in-process queue there is no such limit, nor pause). The last chunks of a turn
+    never wait. The agent runs ahead of the broker by at most one message of chunks
+    (:attr:`MAX_BATCH_BYTES`): past that it waits for the send.
+    """
+
+    #: Largest body of a message that carries several chunks, in bytes: well under every
+    #: broker's limit (SQS: 256 KiB with the attributes). A larger single chunk goes alone.
+    MAX_BATCH_BYTES: ClassVar[int] = 64 * 1024
+    #: Chunk messages per second this process aims at across all its streams.
+    MESSAGES_PER_SECOND: ClassVar[float] = 200.0
+    #: Longest pause between two chunk messages of one turn, in seconds (the added delay bound).
+    MAX_INTERVAL_SECONDS: ClassVar[float] = 0.25
+    #: The streams running in this process (their count sets each one's pace).
+    _active: ClassVar[set[Streamer]] = set()
 
     def __init__(self, transport: QueueTransport, message: QueueMessage, turn: Turn) -> None:
-        self._transport, self._message, self._turn = transport, message, turn
+        self._transport, self._turn = transport, turn
+        self._attributes = reply_attributes(message, turn.request_id)
+        self._pending: list[str] = []  # yielded, not sent yet; the first has index _next
+        self._pending_size = 0
+        self._next = 0
+        self._sender: asyncio.Task[None] | None = None
+        self._failure: RetryableError | None = None
+        self._hurry = asyncio.Event()
 
     async def run(self, agent: Agent) -> str:
         parts: list[str] = []
-        async for delta in agent.stream(self._turn):
-            if delta:
-                await self._send(len(parts), delta)
-                parts.append(delta)
+        self._active.add(self)
+        try:
+            try:
+                async for delta in agent.stream(self._turn):
+                    if delta:
+                        parts.append(delta)
+                        await self._offer(delta)
+            except Exception:
+                await self._drained()  # what the agent yielded before it failed still goes out
+                raise
+            await self._drained()
+            if self._failure is not None:
+                raise self._failure
+        finally:
+            self._active.discard(self)
+            if self._sender is not None:
+                self._sender.cancel()  # only still running when the turn was cancelled
         return "".join(parts)
 
-    async def _send(self, index: int, delta: str) -> None:
-        turn = self._turn
-        frame = chunk_frame(turn.request_id, turn.session_id, index, delta)
-        attributes = reply_attributes(self._message, turn.request_id)
+    async def _offer(self, delta: str) -> None:
+        if self._failure is not None:
+            raise self._failure
+        self._pending.append(delta)
+        self._pending_size += len(delta)
+        if self._next == 0 and len(self._pending) == 1 and self._transport.nonblocking:
+            await self._send_batch()  # the first chunk, on an in-process queue: sent inline
+        elif self._sender is None or self._sender.done():
+            self._sender = asyncio.create_task(self._send_pending())
+        elif self._pending_size >= self.MAX_BATCH_BYTES:
+            await self._drained()  # a full message waits already: the agent waits for the broker
+            self._hurry.clear()
+
+    async def _drained(self) -> None:
+        self._hurry.set()
+        sender = self._sender
+        if sender is not None:
+            await asyncio.wait({sender})
+            if not sender.cancelled() and (error := sender.exception()) is not None:
+                raise error  # not a broker failure (those are kept in _failure): a bug
+
+    async def _send_pending(self) -> None:
+        """Send what is pending, one message at a time, until nothing is (or a send failed)."""
+        try:
+            while self._pending:
+                started = time.monotonic()
+                await self._send_batch()
+                await self._pace(started)
+        except RetryableError as exc:
+            self._failure = exc
+
+    async def _send_batch(self) -> None:
+        """Send the first pending chunks in one message."""
+        first, count, body = self._next, *self._batch()
+        await self._send(first, count, body)
+        del self._pending[:count]
+        self._pending_size = sum(map(len, self._pending))
+        self._next += count
+
+    async def _pace(self, started: float) -> None:
+        """Wait out this stream's share of the process's chunk messages (see the class), unless
+        the agent is done or waits for the broker (:meth:`_drained`)."""
+        if self._transport.queues_in_process:
+            return  # its replies are stored by this process as fast as they come: no flood
+        interval = min(self.MAX_INTERVAL_SECONDS, len(self._active) / self.MESSAGES_PER_SECOND)
+        wait = interval - (time.monotonic() - started)
+        if wait > 0 and not self._hurry.is_set():
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(self._hurry.wait(), wait)
+
+    def _batch(self) -> tuple[int, str]:
+        """How many pending chunks the next message carries, and its body."""
+        count, size = 0, 0
+        for delta in self._pending:
+            if count and size + len(delta) > self.MAX_BATCH_BYTES:
+                break
+            count, size = count + 1, size + len(delta)
+        body = self._body(count)
+        while count > 1 and len(body) > self.MAX_BATCH_BYTES:  # escapes made it larger
+            count //= 2
+            body = self._body(count)
+        return count, body
+
+    def _body(self, count: int) -> str:
+        turn, first = self._turn, self._next
+        if count == 1:
+            frame = chunk_frame(turn.request_id, turn.session_id, first, self._pending[0])
+        else:
+            deltas = self._pending[:count]
+            frame = chunk_batch(turn.request_id, turn.session_id, first, deltas)
+        return json.dumps(frame)
+
+    async def _send(self, first: int, count: int, body: str) -> None:
+        turn, span = self._turn, chunk_span(first, count)
         chunk = QueueMessage(
-            body=json.dumps(frame),
-            attributes=attributes | {ATTR_CHUNK_INDEX: str(index)},
+            body=body,
+            attributes=self._attributes | {ATTR_CHUNK_INDEX: span},
             group_id=turn.session_id,
-            dedup_id=f"{turn.request_id}:{index}",
+            dedup_id=f"{turn.request_id}:{span}",
         )
         transport = self._transport
         try:
             await call(transport.nonblocking, transport.send, QueueName.OUTPUT, chunk)
         except Exception as exc:  # the broker, not the agent, failed: run the turn again
-            raise RetryableError(f"chunk {index} could not be sent: {exc}") from exc
+            raise RetryableError(f"chunks {span} could not be sent: {exc}") from exc
 
 
 def turn_of(

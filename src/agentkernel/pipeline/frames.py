@@ -1,9 +1,12 @@
 """Stream frames: what a streaming client sees, shared by SSE, WebSocket and the OUTPUT queue.
 
 A streamed turn reaches its client as ``STREAM_CHUNK`` frames, one per chunk the agent yielded,
-then one ``done`` frame carrying the joined result (or the error). The Agent Runner sends each
-chunk as its own OUTPUT message (dedup id ``<request_id>:<index>``, so a redelivered turn cannot
-show a chunk twice); the response handler keeps them in the response store; the HTTP front reads
+then one ``done`` frame carrying the joined result (or the error). The Agent Runner sends a chunk
+as its own OUTPUT message when nothing else is on its way, and the chunks yielded meanwhile
+together in the next one (:func:`chunk_batch`); the message's ``chunk_index`` attribute names the
+indexes it carries, ``"4"`` or ``"5-9"``, and so does its dedup id (``<request_id>:<span>``), so
+a redelivered turn cannot show a chunk twice. The response handler keeps each chunk in the
+response store (:func:`chunk_frames` reads a message back into frames); the HTTP front reads
 them from there, live or from an index on (resume).
 """
 
@@ -28,6 +31,50 @@ def chunk_frame(request_id: str, session_id: str, index: int, delta: str) -> dic
         "index": index,
         "delta": delta,
     }
+
+
+def chunk_batch(request_id: str, session_id: str, first: int, deltas: list[str]) -> dict[str, Any]:
+    """Consecutive chunks ``first``, ``first + 1``, ... of a streamed reply, as one OUTPUT body.
+
+    Only the queue sees this shape: the response handler stores each delta as its own chunk
+    frame, so clients see one frame per chunk whatever travelled together.
+    """
+    return {
+        "type": STREAM_CHUNK,
+        "request_id": request_id,
+        "session_id": session_id,
+        "index": first,
+        "deltas": deltas,
+    }
+
+
+def chunk_span(first: int, count: int) -> str:
+    """The ``chunk_index`` attribute of a message carrying ``count`` chunks from ``first`` on."""
+    return str(first) if count == 1 else f"{first}-{first + count - 1}"
+
+
+def chunk_frames(span: str, body: object) -> tuple[int, list[dict[str, Any]]] | None:
+    """The index of the first chunk an OUTPUT chunk message carries and their frames, or
+    ``None`` when the message is malformed.
+
+    Args:
+        span: its ``chunk_index`` attribute (:func:`chunk_span`).
+        body: its decoded body (a chunk frame, or a :func:`chunk_batch` for a span).
+    """
+    first, _, last = span.partition("-")
+    if not (first.isdigit() and isinstance(body, dict)):
+        return None
+    start = int(first)
+    if not last:
+        return start, [body]
+    deltas, count = body.get("deltas"), int(last) - start + 1 if last.isdigit() else 0
+    if not (count > 1 and isinstance(deltas, list) and len(deltas) == count):
+        return None
+    request_id, session_id = str(body.get("request_id", "")), str(body.get("session_id", ""))
+    return start, [
+        chunk_frame(request_id, session_id, start + offset, str(delta))
+        for offset, delta in enumerate(deltas)
+    ]
 
 
 def done_frame(record: ResponseRecord) -> dict[str, Any]:
@@ -83,8 +130,7 @@ async def read_frames(
     """
     seen, quiet_since, first = after, time.monotonic(), True
     while True:
-        record = await call(store.nonblocking, store.get, request_id)
-        chunks = await call(store.nonblocking, store.chunks, request_id, seen)
+        record, chunks = await call(store.nonblocking, store.read_stream, request_id, seen)
         known = True
         if first and store.keeps_tickets:
             # Checked before the first byte: a foreign turn's chunks are never sent.

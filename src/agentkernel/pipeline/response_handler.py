@@ -1,8 +1,9 @@
 """The response handler: OUTPUT queue -> response store.
 
 Each OUTPUT message becomes a :class:`ResponseRecord` keyed by its ``request_id`` attribute, with
-the status from the ``status_code`` attribute; one with a ``chunk_index`` attribute is a chunk
-of a streamed reply and is kept beside it for streaming clients. While the store is down,
+the status from the ``status_code`` attribute; one with a ``chunk_index`` attribute carries one
+chunk of a streamed reply, or several consecutive ones (:mod:`agentkernel.pipeline.frames`), kept
+beside it for streaming clients in one store write. While the store is down,
 messages are delivered again with a growing delay (the consumer loop's back-off); a message that
 exhausted its deliveries is still stored as the reply it carries, so an outage longer than the
 retries only delays replies. A message that cannot be decoded (a body that is not a JSON
@@ -24,7 +25,7 @@ import threading
 from agentkernel.core.blocking import nonblocking_async
 from agentkernel.core.config import QueuesConfig
 from agentkernel.core.errors import StoreError
-from agentkernel.pipeline.consumer.base import Handler, QueueConsumer
+from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, LoopSettings
 from agentkernel.pipeline.envelope import (
@@ -36,11 +37,16 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.frames import chunk_frames
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
+
+#: Messages per OUTPUT fetch when ``execution.queues.batch_size`` is unset. Replies and chunks
+#: are small and stored at once; fetched one at a time, a few streams outran the IO process.
+OUTPUT_BATCH_SIZE = 10
 
 
 def record_of(message: QueueMessage) -> ResponseRecord:
@@ -94,14 +100,13 @@ class ResponseHandler(QueueConsumer):
             on_event_loop: store each reply on the handling's event loop instead of a worker
                 thread (an in-process store, which never blocks).
         """
-        process: Handler = self.process_message
-        failure: Handler = self.on_permanent_failure
-        if on_event_loop:
-            process, failure = nonblocking_async(process), nonblocking_async(failure)
+        # Async either way, so that the consumer loop keeps many replies in flight: handled one
+        # per place of a fetched batch, a stream of small chunk messages waited on each store
+        # round trip in turn (the order of a session's messages is kept by the handling).
+        wrap = nonblocking_async if on_event_loop else as_async
+        process, failure = wrap(self.process_message), wrap(self.on_permanent_failure)
+        undecodable = wrap(self.on_undecodable)
         policy = HandlingPolicy(max_receive_count=self.queues.output.max_receive_count)
-        undecodable: Handler = self.on_undecodable
-        if on_event_loop:
-            undecodable = nonblocking_async(undecodable)
         return MessageHandling(
             process, failure, queue=QueueName.OUTPUT, policy=policy, on_undecodable=undecodable
         )
@@ -117,7 +122,7 @@ class ResponseHandler(QueueConsumer):
         """
         settings = LoopSettings(
             num_consumers=self.queues.output.no_of_consumers,
-            batch_size=self.queues.batch_size or 1,
+            batch_size=self.queues.batch_size or OUTPUT_BATCH_SIZE,
             drain_timeout=drain_timeout,
         )
         factory = functools.partial(self.transport.create_consumer, QueueName.OUTPUT)
@@ -137,19 +142,20 @@ class ResponseHandler(QueueConsumer):
         self.notify(message, record)
         self._count(record.owner, record.request_id, len(message.body))
 
-    def _put_chunk(self, message: QueueMessage, index: str) -> None:
+    def _put_chunk(self, message: QueueMessage, span: str) -> None:
         try:
-            frame = json.loads(message.body)
+            chunks = chunk_frames(span, json.loads(message.body))
         except ValueError:
-            frame = None
-        if not (index.isdigit() and isinstance(frame, dict)):
+            chunks = None
+        if chunks is None:
             logger.error("dropping malformed chunk message %s", message.message_id)
             return
         request_id = message.attributes.get(ATTR_REQUEST_ID, "")
+        first, frames = chunks
         try:
-            self.store.put_chunk(request_id, int(index), frame)
+            self.store.put_chunks(request_id, first, frames)
             owner = message.attributes.get(ATTR_USER_ID)
-            self._count(owner, f"{request_id}#{index}", len(message.body))
+            self._count(owner, f"{request_id}#{first}", len(message.body))
         except NotImplementedError:
             # The final reply still arrives; only live chunks are lost to this store.
             logger.warning("%s keeps no stream chunks; dropping one", type(self.store).__name__)

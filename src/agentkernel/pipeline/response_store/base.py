@@ -174,9 +174,31 @@ class ResponseStore(ABC):
         """
         raise NotImplementedError(f"{type(self).__name__} does not keep stream chunks")
 
+    def put_chunks(self, request_id: str, first: int, frames: list[dict[str, Any]]) -> None:
+        """Keep chunks ``first``, ``first + 1``, ... of a streamed reply (one OUTPUT message's).
+
+        The same rule as :meth:`put_chunk` per chunk: an index already kept is ignored. The
+        default calls :meth:`put_chunk` for each; a store that can write them in one round trip
+        overrides it.
+        """
+        for offset, frame in enumerate(frames):
+            self.put_chunk(request_id, first + offset, frame)
+
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
         """The kept chunk frames of ``request_id`` whose index is above ``after``, in order."""
         return []
+
+    def read_stream(
+        self, request_id: str, after: int = -1
+    ) -> tuple[ResponseRecord | None, list[dict[str, Any]]]:
+        """The record of ``request_id`` and its chunks above ``after``, for a streaming reader.
+
+        The record is read first: chunks are written before their turn's reply, so a reader
+        that finds the record also finds every chunk. A store that can read both in one round
+        trip overrides this.
+        """
+        record = self.get(request_id)
+        return record, self.chunks(request_id, after)
 
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
         """Wait up to ``timeout`` seconds for a chunk above index ``seen`` or the final record.

@@ -83,6 +83,9 @@ class InMemoryResponseStore(ResponseStore):
         return entry[1]
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
+        self.put_chunks(request_id, index, [frame])
+
+    def put_chunks(self, request_id: str, first: int, frames: list[dict[str, Any]]) -> None:
         now = time.monotonic()
         with self._lock:
             self._evict(now)
@@ -90,10 +93,13 @@ class InMemoryResponseStore(ResponseStore):
             if entry is None:
                 entry = self._chunks[request_id] = (now + self.ttl, [])
                 heapq.heappush(self._expiry, (entry[0], _CHUNKS + request_id))
-            if index != len(entry[1]):
-                return  # already kept (or out of order, which per-session FIFO rules out)
-            entry[1].append(frame)
-        self._waiters.notify(request_id)
+            kept = entry[1]
+            # An index already kept is skipped (a redelivery); one past the end cannot come
+            # (per-session FIFO), and would be dropped too.
+            new = frames[len(kept) - first :] if first <= len(kept) < first + len(frames) else []
+            kept.extend(new)
+        if new:
+            self._waiters.notify(request_id)
 
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
         with self._lock:

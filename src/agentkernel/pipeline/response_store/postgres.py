@@ -77,10 +77,13 @@ ON CONFLICT (request_id) DO UPDATE SET
 RETURNING doc, token"""
 _TICKET = f"""
 SELECT (SELECT doc FROM {{s}}.tickets WHERE request_id = %s AND expires_at > now()), {EPOCH}"""
-_PUT_CHUNK = f"""
+# The chunks of one OUTPUT message in one statement: frame k of %(frames)s is chunk first + k.
+_PUT_CHUNKS = f"""
 WITH kept AS (
   INSERT INTO {{s}}.chunks (request_id, idx, frame, expires_at)
-  VALUES (%(id)s, %(idx)s, %(doc)s, {_TTL}) ON CONFLICT DO NOTHING)
+  SELECT %(id)s, %(first)s + c.n - 1, c.frame, {_TTL}
+  FROM unnest(%(frames)s::text[]) WITH ORDINALITY AS c(frame, n)
+  ON CONFLICT DO NOTHING)
 SELECT {_NOTIFY}"""
 _CHUNKS = """
 SELECT frame FROM {s}.chunks WHERE request_id = %s AND idx > %s AND expires_at > now()
@@ -179,9 +182,13 @@ class PostgresResponseStore(ResponseStore):
         return TurnTicket.from_json(str(doc))
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
-        args = self._args(request_id, json.dumps(frame), idx=index)
-        with self._db.connection(f"write of chunk {index} of {request_id}") as conn:
-            conn.execute(self._db.q(_PUT_CHUNK), args)
+        self.put_chunks(request_id, index, [frame])
+
+    def put_chunks(self, request_id: str, first: int, frames: list[dict[str, Any]]) -> None:
+        docs = [json.dumps(frame) for frame in frames]
+        args = self._args(request_id, "", first=first, frames=docs)
+        with self._db.connection(f"write of chunks {first}+ of {request_id}") as conn:
+            conn.execute(self._db.q(_PUT_CHUNKS), args)
 
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
         with self._db.connection(f"read of chunks of {request_id}") as conn:

@@ -7,8 +7,9 @@ also publishes on ``<prefix>done:<request_id>``; one pattern subscription per st
 thread) wakes the waiters of this process, so a sync request learns of its reply at once without
 polling and without a connection per waiting request.
 
-Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending one publishes
-on the same channel, so a streaming client connected to any IO process sees it at once. The
+Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending some (one
+script call for all the chunks of an OUTPUT message) publishes on the same channel, so a
+streaming client connected to any IO process sees them at once. The
 ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``. The request ids
 of each session's tickets and replies are a set at ``<prefix>turns:<session key>`` (with the
 same TTL), so a session can be erased (:meth:`ResponseStore.forget_session`). A ticket is kept
@@ -60,15 +61,25 @@ _errors = functools.partial(
 #: Longest time a waiter relies on pub/sub alone before it reads its key again, in seconds.
 RECHECK_SECONDS = 1.0
 
-# Appends chunk ARGV[1] only when it is the next index (a redelivered chunk is ignored), then
-# wakes the waiters of every IO process through the reply channel.
-_APPEND_CHUNK = """
-if redis.call('LLEN', KEYS[1]) == tonumber(ARGV[1]) then
-  redis.call('RPUSH', KEYS[1], ARGV[2])
-  redis.call('PEXPIRE', KEYS[1], ARGV[3])
+# Appends frames ARGV[3..], numbered from ARGV[1] on, each only when it is the next index (a
+# redelivered chunk is ignored); when any was new, renews the list's expiry (ARGV[2] ms) and
+# wakes the waiters of every IO process through the reply channel. Returns how many were new.
+_APPEND_CHUNKS = """
+local kept = redis.call('LLEN', KEYS[1])
+local first = tonumber(ARGV[1])
+local added = 0
+for i = 3, #ARGV do
+  if first + i - 3 == kept then
+    redis.call('RPUSH', KEYS[1], ARGV[i])
+    kept = kept + 1
+    added = added + 1
+  end
 end
-redis.call('PUBLISH', KEYS[2], '1')
-return 1
+if added > 0 then
+  redis.call('PEXPIRE', KEYS[1], ARGV[2])
+  redis.call('PUBLISH', KEYS[2], '1')
+end
+return added
 """
 
 # Keeps ticket ARGV[1] unless one is kept already; returns the kept one (first wins). A missing
@@ -123,7 +134,7 @@ class RedisResponseStore(ResponseStore):
         self._listener: threading.Thread | None = None
         self._pubsub: Any = None
         self._lock = threading.Lock()
-        self._append = self._redis.register_script(_APPEND_CHUNK)
+        self._append = self._redis.register_script(_APPEND_CHUNKS)
         self._accept = self._redis.register_script(_ACCEPT)
         self._guard = RedisGuard(self._redis, prefix, key, allow_eviction=allow_eviction)
         start_guard(self._guard, key)
@@ -154,13 +165,19 @@ class RedisResponseStore(ResponseStore):
 
     def get(self, request_id: str) -> ResponseRecord | None:
         with _errors(f"read of {request_id}"):
-            keys = [self._key(request_id)]
-            if self._upstream_prefix is not None:  # same JSON fields, another key
-                keys.append(f"{self._upstream_prefix}{request_id}")
-            raw = next((value for value in self._redis.mget(keys) if value is not None), None)
-            if raw is None and self._guard.refuses_misses():  # the reply may have been evicted
-                raise StoreDataLostError(f"no reply of {request_id}: keys were evicted")
-            return None if raw is None else ResponseRecord.from_json(raw)
+            return self._record(request_id, self._redis.mget(self._record_keys(request_id)))
+
+    def _record_keys(self, request_id: str) -> list[str]:
+        keys = [self._key(request_id)]
+        if self._upstream_prefix is not None:  # same JSON fields, another key
+            keys.append(f"{self._upstream_prefix}{request_id}")
+        return keys
+
+    def _record(self, request_id: str, values: list[Any]) -> ResponseRecord | None:
+        raw = next((value for value in values if value is not None), None)
+        if raw is None and self._guard.refuses_misses():  # the reply may have been evicted
+            raise StoreDataLostError(f"no reply of {request_id}: keys were evicted")
+        return None if raw is None else ResponseRecord.from_json(raw)
 
     def accept(self, ticket: TurnTicket) -> TurnTicket | None:
         guard = self._guard
@@ -186,9 +203,13 @@ class RedisResponseStore(ResponseStore):
             return None if raw is None else TurnTicket.from_json(raw)
 
     def put_chunk(self, request_id: str, index: int, frame: dict[str, Any]) -> None:
+        self.put_chunks(request_id, index, [frame])
+
+    def put_chunks(self, request_id: str, first: int, frames: list[dict[str, Any]]) -> None:
         keys = [self._chunks_key(request_id), f"{self._prefix}done:{request_id}"]
-        args: list[str | int] = [index, json.dumps(frame), int(self.ttl * 1000)]
-        with _errors(f"write of a chunk of {request_id}"):
+        args: list[str | int] = [first, int(self.ttl * 1000)]
+        args += [json.dumps(frame) for frame in frames]
+        with _errors(f"write of chunks of {request_id}"):
             self._append(keys=keys, args=args)
 
     def chunks(self, request_id: str, after: int = -1) -> list[dict[str, Any]]:
@@ -196,11 +217,22 @@ class RedisResponseStore(ResponseStore):
             raw = self._redis.lrange(self._chunks_key(request_id), after + 1, -1)
             return [json.loads(item) for item in raw]
 
+    def read_stream(
+        self, request_id: str, after: int = -1
+    ) -> tuple[ResponseRecord | None, list[dict[str, Any]]]:
+        """One round trip; the server runs the record's read before the chunks' (see base)."""
+        with _errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
+            pipe.mget(self._record_keys(request_id))
+            pipe.lrange(self._chunks_key(request_id), after + 1, -1)
+            values, raw = pipe.execute()
+            return self._record(request_id, values), [json.loads(item) for item in raw]
+
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
         def changed() -> bool:
             return self._changed(request_id, seen)
 
-        return await self._wait_until(request_id, timeout, changed)
+        # Only a new chunk or the record publishes on the channel: a wake-up is a change.
+        return await self._wait_until(request_id, timeout, changed, wake_is_change=True)
 
     def _changed(self, request_id: str, seen: int) -> bool:
         with _errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
@@ -213,19 +245,32 @@ class RedisResponseStore(ResponseStore):
         await self._wait_until(request_id, timeout, lambda: self.get(request_id) is not None)
         return self.get(request_id)
 
-    async def _wait_until(self, request_id: str, timeout: float, check: Callable[[], bool]) -> bool:
+    async def _wait_until(
+        self,
+        request_id: str,
+        timeout: float,
+        check: Callable[[], bool],
+        *,
+        wake_is_change: bool = False,
+    ) -> bool:
         """Wait for a notification, re-checking every ``RECHECK_SECONDS``: a notification sent
-        while the subscription was down (Redis restarted) is lost, the key is not."""
+        while the subscription was down (Redis restarted) is lost, the key is not.
+
+        Args:
+            wake_is_change: a notification answers ``True`` without reading ``check`` again.
+        """
         deadline = time.monotonic() + timeout
         while True:
-            with _errors("subscription to replies"):
-                await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
+            listener = self._listener
+            if listener is None or not listener.is_alive():
+                with _errors("subscription to replies"):
+                    await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
             remaining = deadline - time.monotonic()
-            await wait_for_record(
-                self._waiters, request_id, max(0.0, min(remaining, RECHECK_SECONDS)), check
-            )
-            if await asyncio.to_thread(check) or remaining <= RECHECK_SECONDS:
-                return await asyncio.to_thread(check)
+            slice_ = max(0.0, min(remaining, RECHECK_SECONDS))
+            if await wait_for_record(self._waiters, request_id, slice_, check) and wake_is_change:
+                return True
+            if (found := await asyncio.to_thread(check)) or remaining <= RECHECK_SECONDS:
+                return found
 
     def _ensure_listener(self) -> None:
         with self._lock:

@@ -182,6 +182,28 @@ class ResponseStoreContract:
         store.put_chunk(request_id, 1, self.chunk(request_id, 1) | {"delta": "again"})
         assert [c["delta"] for c in store.chunks(request_id)] == ["é0", "é1"]
 
+    def test_chunks_written_together_are_kept_once_each(self) -> None:
+        """A turn run again may group its chunks otherwise: only the indexes not kept count."""
+        store, request_id = self.make_store(60), uuid.uuid4().hex
+        store.put_chunks(request_id, 0, [self.chunk(request_id, i) for i in range(3)])
+        again = [self.chunk(request_id, i) | {"delta": "again"} for i in range(1, 5)]
+        store.put_chunks(request_id, 1, again)
+        store.put_chunks(request_id, 0, [self.chunk(request_id, 0) | {"delta": "again"}])
+        deltas = [c["delta"] for c in store.chunks(request_id)]
+        assert deltas == ["é0", "é1", "é2", "again", "again"]
+        assert [c["index"] for c in store.chunks(request_id, after=1)] == [2, 3, 4]
+
+    def test_read_stream_reads_the_record_and_the_chunks_after_an_index(self) -> None:
+        store, request_id = self.make_store(60), uuid.uuid4().hex
+        assert store.read_stream(request_id) == (None, [])
+        chunks = [self.chunk(request_id, i) for i in range(3)]
+        store.put_chunks(request_id, 0, chunks)
+        assert store.read_stream(request_id, 0) == (None, chunks[1:])
+        record = ResponseRecord(request_id, "s", 200, {"result": "é0é1é2"})
+        store.put(record)
+        assert store.read_stream(request_id) == (record, chunks)
+        assert store.read_stream(request_id, 2) == (record, [])
+
     def test_wait_change_wakes_on_a_chunk_and_on_the_record(self) -> None:
         store, request_id = self.make_store(60), uuid.uuid4().hex
         started = time.monotonic()

@@ -6,7 +6,7 @@ import asyncio
 import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager, suppress
+from contextlib import contextmanager
 
 from agentkernel.pipeline.process.event_loop import resolve_soon
 
@@ -59,13 +59,20 @@ async def wait_for_record(
     timeout: float,
     check: Callable[[], object],
     inline: bool = False,
-) -> None:
+) -> bool:
     """Wait until ``registry`` is notified for ``request_id`` or ``check()`` is truthy.
 
     ``inline`` calls ``check`` on the event loop (for checks that never block).
+
+    Returns:
+        ``True`` when ``check()`` was truthy or a notification came, ``False`` after
+        ``timeout`` seconds without either.
     """
     with registry.waiting(request_id) as future:
         if check() if inline else await asyncio.to_thread(check):
-            return
-        with suppress(TimeoutError):
+            return True
+        try:
             await asyncio.wait_for(future, timeout)
+        except TimeoutError:
+            return False
+        return True
