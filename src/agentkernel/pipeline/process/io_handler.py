@@ -164,9 +164,8 @@ class IOHandler:
         if not self._local_queue:
             return runner.consumer_loop()  # a broker keeps the queued turns: stop at shutdown
         settings = self.config.execution.runner
-        return self._in_loop(
-            runner.handling(), QueueName.INPUT, settings.max_in_flight, settings.drain_timeout
-        )
+        limit = settings.in_flight_limit(queues_in_process=True)
+        return self._in_loop(runner.handling(), QueueName.INPUT, limit, settings.drain_timeout)
 
     def _in_loop(
         self, handling: MessageHandling, queue: QueueName, max_in_flight: int, drain_timeout: float
