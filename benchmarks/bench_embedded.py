@@ -19,10 +19,14 @@ Every server runs at its default settings, in its own process (``_embedded_serve
    by the async Agent Runner against a runner that runs one turn per consumer thread (5 threads).
 
 Usage: python benchmarks/bench_embedded.py [--requests 2000] [--concurrency 32] [--rounds 5]
-    [--upstream PYTHON] [--sessions 1000] [--sleep-seconds 10]
+    [--upstream PYTHON] [--baseline SRC] [--sessions 1000] [--sleep-seconds 10]
 
 ``--upstream PYTHON``: a Python 3.12 that has upstream agentkernel installed, e.g.
 ``python3.12 -m venv up && up/bin/pip install 'agentkernel[api]==0.9.5' python-multipart``.
+``--baseline SRC``: the ``src`` folder of another checkout of this project (``git worktree``),
+served by the same script beside this one as ``before``.
+A server with no request answered in a round (a machine too busy for 1,000 connections in
+the round's seconds) counts 0 for it; its ratios are then ``nan``.
 """
 
 from __future__ import annotations
@@ -40,6 +44,7 @@ import tempfile
 import threading
 import time
 from dataclasses import dataclass
+from math import nan
 from pathlib import Path
 
 import httpx
@@ -70,13 +75,16 @@ def free_port() -> int:
 
 
 def start_server(
-    python: str = sys.executable, script: str = "_embedded_server.py"
+    python: str = sys.executable, script: str = "_embedded_server.py", src: str | None = None
 ) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a benchmark server; ``src``: import agentkernel from this source folder instead."""
     port = free_port()
+    env = os.environ | ({"PYTHONPATH": src} if src else {})
     proc = subprocess.Popen(
         [python, str(HERE / script), str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -267,8 +275,10 @@ def print_rounds(rounds: dict[str, list[WrkResult]], base: str, latency: bool = 
         if name == base:
             continue
         pairs = list(zip(results, rounds[base], strict=True))
-        ratios = sorted(ours.rate / theirs.rate for theirs, ours in pairs)
-        cpu_ratio = statistics.median(ours.cpu_us / theirs.cpu_us for theirs, ours in pairs)
+        ratios = sorted(ours.rate / theirs.rate if theirs.rate else nan for theirs, ours in pairs)
+        cpu_ratio = statistics.median(
+            ours.cpu_us / theirs.cpu_us if theirs.cpu_us else nan for theirs, ours in pairs
+        )
         print(
             f"ratio {base} / {name}: median {statistics.median(ratios):.2f} "
             f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); "
@@ -289,6 +299,9 @@ def main() -> None:
     parser.add_argument("--sleep-seconds", type=int, default=10, help="seconds per 1 s-turn round")
     parser.add_argument("--sleep-rounds", type=int, default=3, help="rounds of 1 s turns")
     parser.add_argument("--skip-in-process", action="store_true", help="skip part 4")
+    parser.add_argument(
+        "--baseline", help="the src folder of another checkout, run beside this one as 'before'"
+    )
     args = parser.parse_args()
 
     print(f"load average at start: {load()}\n")
@@ -319,6 +332,12 @@ def main() -> None:
             up_server = psutil.Process(up_proc.pid)
             targets.append(Target("upstream", up_url + "/api/v1/chat", up_server))
             sleepers.append(Target("upstream", up_url + "/api/v1/chat", up_server, "sleep1"))
+        if args.baseline:
+            servers.append(start_server(src=args.baseline))
+            old_proc, old_url = servers[-1]
+            old_server = psutil.Process(old_proc.pid)
+            targets.append(Target("before", old_url + "/api/v1/chat", old_server))
+            sleepers.append(Target("before", old_url + "/api/v1/chat", old_server, "sleep1"))
         rounds: dict[str, list[WrkResult]] | None = None
         if shutil.which("wrk") is not None:
             rounds = wrk_rounds(targets, args.rounds, args.seconds, args.concurrency)
