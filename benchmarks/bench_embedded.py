@@ -385,7 +385,8 @@ def main() -> None:
     print("| runner | turns finished | seconds | turns/s |\n|---|---|---|---|")
     print(f"| async Agent Runner | {ours} | {ours_s:.1f} | {ours / ours_s:.1f} |")
     print(f"| one turn per thread (5 threads) | {base} | {base_s:.1f} | {base / base_s:.1f} |")
-    print(f"\nratio: {(ours / ours_s) / (base / base_s):.0f}x")
+    if base:
+        print(f"\nratio: {(ours / ours_s) / (base / base_s):.0f}x")
 
 
 if __name__ == "__main__":
