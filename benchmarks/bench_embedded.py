@@ -1,16 +1,32 @@
 """Embedded topology benchmarks, side by side in one run.
 
+Every server runs at its default settings, in its own process (``_embedded_server.py``; with
+``--upstream``, also ``_upstream_server.py``).
+
 1. Sync latency: POST /api/v1/chat with a no-op agent (through INPUT, runner, OUTPUT, store)
    against POST /bench/trivial (a plain FastAPI route on the same server), and against calling
    the agent directly. Pipeline overhead = chat p50 - trivial p50.
-2. Throughput of no-op turns over HTTP against the trivial route, with concurrent clients, in
-   alternating rounds (chat, trivial, chat, ...) so machine noise hits both alike; the ratio is
+2. Throughput of no-op turns over HTTP against the trivial route (and, with ``--upstream``,
+   upstream agentkernel's REST API without any queue), with concurrent clients, in alternating
+   rounds (chat, trivial, upstream, chat, ...) so machine noise hits all alike; each ratio is
    the median of the per-round ratios. CPU per request is the server process's CPU seconds
    (user + system, from psutil) over the requests wrk completed in that round.
-3. In-flight concurrency: 1,000 sessions, an agent that awaits 1 s per turn, run by the async
-   Agent Runner against a runner that runs one turn per consumer thread (5 threads).
+3. 1,000 sessions at once over HTTP, each turn an agent that awaits 1 s (``wrk -c1000``, every
+   request a new session, the next request of a connection sent when its reply is in): the
+   pipeline against ``POST /bench/sleep``, a plain FastAPI route that awaits 1 s (and the
+   upstream), alternating rounds: turns/s and latency p50 of each, ratio of the turns/s.
+4. In-flight concurrency in one process: 1,000 sessions, an agent that awaits 1 s per turn, run
+   by the async Agent Runner against a runner that runs one turn per consumer thread (5 threads).
 
 Usage: python benchmarks/bench_embedded.py [--requests 2000] [--concurrency 32] [--rounds 5]
+    [--upstream PYTHON] [--baseline SRC] [--sessions 1000] [--sleep-seconds 10]
+
+``--upstream PYTHON``: a Python 3.12 that has upstream agentkernel installed, e.g.
+``python3.12 -m venv up && up/bin/pip install 'agentkernel[api]==0.9.5' python-multipart``.
+``--baseline SRC``: the ``src`` folder of another checkout of this project (``git worktree``),
+served by the same script beside this one as ``before``.
+A server with no request answered in a round (a machine too busy for 1,000 connections in
+the round's seconds) counts 0 for it; its ratios are then ``nan``.
 """
 
 from __future__ import annotations
@@ -18,12 +34,17 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import re
 import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import threading
 import time
+from dataclasses import dataclass
+from math import nan
 from pathlib import Path
 
 import httpx
@@ -53,12 +74,17 @@ def free_port() -> int:
         return int(sock.getsockname()[1])
 
 
-def start_server() -> tuple[subprocess.Popen[bytes], str]:
+def start_server(
+    python: str = sys.executable, script: str = "_embedded_server.py", src: str | None = None
+) -> tuple[subprocess.Popen[bytes], str]:
+    """Start a benchmark server; ``src``: import agentkernel from this source folder instead."""
     port = free_port()
+    env = os.environ | ({"PYTHONPATH": src} if src else {})
     proc = subprocess.Popen(
-        [sys.executable, str(HERE / "_embedded_server.py"), str(port)],
+        [python, str(HERE / script), str(port)],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
+        env=env,
     )
     url = f"http://127.0.0.1:{port}"
     for _ in range(200):
@@ -84,13 +110,32 @@ def latency(client: httpx.Client, path: str, n: int) -> list[float]:
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
+local agent = os.getenv("BENCH_AGENT") or "noop"
 counter = 0
 request = function()
   counter = counter + 1
   return wrk.format(nil, nil, nil,
-    '{"session_id": "wrk-' .. counter .. '-' .. math.random(1, 1e9) .. '", "prompt": "hi"}')
+    '{"session_id": "wrk-' .. counter .. '-' .. math.random(1, 1e9) .. '", "prompt": "hi", '
+    .. '"agent": "' .. agent .. '"}')
 end
 """
+
+
+@dataclass
+class Target:
+    """One route under load: its name in the report, its URL and its server process."""
+
+    name: str
+    url: str
+    server: psutil.Process
+    agent: str = "noop"
+
+
+@dataclass
+class WrkResult:
+    rate: float  # requests/s
+    cpu_us: float  # server CPU microseconds per request
+    p50_ms: float = 0.0
 
 
 def cpu_seconds(server: psutil.Process) -> float:
@@ -98,38 +143,41 @@ def cpu_seconds(server: psutil.Process) -> float:
     return float(times.user + times.system)
 
 
-def wrk_round(
-    url: str, path: str, seconds: int, connections: int, server: psutil.Process
-) -> tuple[float, float]:
-    """(requests/s, server CPU microseconds per request) of one wrk run (a C load generator)."""
-    import re
-    import tempfile
-
+def wrk_round(target: Target, seconds: int, connections: int) -> WrkResult:
+    """Requests/s, server CPU per request and latency p50 of one wrk run (a C load generator)."""
     with tempfile.NamedTemporaryFile("w", suffix=".lua", delete=False) as script:
         script.write(WRK_SCRIPT)
-    cpu_before = cpu_seconds(server)
+    cpu_before = cpu_seconds(target.server)
+    command = ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "--latency", "--timeout", "30s"]
     out = subprocess.run(
-        ["wrk", "-t2", f"-c{connections}", f"-d{seconds}s", "-s", script.name, url + path],
+        [*command, "-s", script.name, target.url],
         capture_output=True,
         text=True,
         check=True,
+        env={**os.environ, "BENCH_AGENT": target.agent},
     ).stdout
-    cpu = cpu_seconds(server) - cpu_before
-    non2xx = re.search(r"Non-2xx or 3xx responses: (\d+)", out)
-    assert non2xx is None, out
+    cpu = cpu_seconds(target.server) - cpu_before
+    assert re.search(r"Non-2xx or 3xx responses", out) is None, out
+    assert re.search(r"Socket errors", out) is None, out
     rate = float(re.search(r"Requests/sec:\s+([\d.]+)", out).group(1))  # type: ignore[union-attr]
     done = int(re.search(r"(\d+) requests in", out).group(1))  # type: ignore[union-attr]
-    return rate, cpu / max(done, 1) * 1e6
+    return WrkResult(rate, cpu / max(done, 1) * 1e6, wrk_p50(out))
+
+
+def wrk_p50(out: str) -> float:
+    """The latency p50 wrk printed (``--latency``), in ms."""
+    value, unit = re.search(r"50%\s+([\d.]+)(us|ms|s)", out).groups()  # type: ignore[union-attr]
+    return float(value) * {"us": 0.001, "ms": 1.0, "s": 1000.0}[unit]
 
 
 def wrk_rounds(
-    url: str, rounds: int, seconds: int, connections: int, server: psutil.Process
-) -> dict[str, list[tuple[float, float]]]:
-    """Alternate chat and trivial wrk runs ``rounds`` times; (req/s, CPU us/req) per run."""
-    results: dict[str, list[tuple[float, float]]] = {"chat": [], "trivial": []}
+    targets: list[Target], rounds: int, seconds: int, connections: int
+) -> dict[str, list[WrkResult]]:
+    """Run every target in turn, ``rounds`` times, so the machine's noise hits all alike."""
+    results: dict[str, list[WrkResult]] = {target.name: [] for target in targets}
     for _ in range(rounds):
-        results["chat"].append(wrk_round(url, "/api/v1/chat", seconds, connections, server))
-        results["trivial"].append(wrk_round(url, "/bench/trivial", seconds, connections, server))
+        for target in targets:
+            results[target.name].append(wrk_round(target, seconds, connections))
     return results
 
 
@@ -212,23 +260,32 @@ def load() -> str:
     return " ".join(f"{x:.2f}" for x in psutil.getloadavg())
 
 
-def print_rounds(rounds: dict[str, list[tuple[float, float]]]) -> None:
-    print("| path | req/s per round | median req/s | median server CPU us/request |")
-    print("|---|---|---|---|")
-    for name, key in (("pipeline (no-op turn)", "chat"), ("trivial FastAPI route", "trivial")):
-        rates = ", ".join(f"{rate:.0f}" for rate, _ in rounds[key])
-        rate = statistics.median(r for r, _ in rounds[key])
-        cpu = statistics.median(c for _, c in rounds[key])
-        print(f"| {name} | {rates} | {rate:.0f} | {cpu:.0f} |")
-    pairs = list(zip(rounds["chat"], rounds["trivial"], strict=True))
-    ratios = sorted(chat[0] / trivial[0] for chat, trivial in pairs)
-    cpu_ratio = statistics.median(chat[1] / trivial[1] for chat, trivial in pairs)
-    print(
-        f"\nratio pipeline/trivial: median {statistics.median(ratios):.2f} "
-        f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); CPU per request ratio {cpu_ratio:.2f}"
-    )
-    turn_cpu = statistics.median(c for _, c in rounds["chat"])
-    print(f"CPU per turn (embedded, over HTTP): {turn_cpu / 1000:.3f} ms\n")
+def print_rounds(rounds: dict[str, list[WrkResult]], base: str, latency: bool = False) -> None:
+    """A table of the rounds, then each target's per-round ratio of req/s to ``base``'s."""
+    print("| path | req/s per round | median req/s | median p50 ms | median server CPU us/req |")
+    print("|---|---|---|---|---|")
+    for name, results in rounds.items():
+        rates = ", ".join(f"{r.rate:.0f}" for r in results)
+        rate = statistics.median(r.rate for r in results)
+        p50 = statistics.median(r.p50_ms for r in results)
+        cpu = statistics.median(r.cpu_us for r in results)
+        print(f"| {name} | {rates} | {rate:.0f} | {p50:.1f} | {cpu:.0f} |")
+    print()
+    for name, results in rounds.items():
+        if name == base:
+            continue
+        pairs = list(zip(results, rounds[base], strict=True))
+        ratios = sorted(ours.rate / theirs.rate if theirs.rate else nan for theirs, ours in pairs)
+        cpu_ratio = statistics.median(
+            ours.cpu_us / theirs.cpu_us if theirs.cpu_us else nan for theirs, ours in pairs
+        )
+        print(
+            f"ratio {base} / {name}: median {statistics.median(ratios):.2f} "
+            f"(rounds {', '.join(f'{r:.2f}' for r in ratios)}); "
+            f"CPU per request ratio {cpu_ratio:.2f}"
+        )
+    turn_cpu = statistics.median(r.cpu_us for r in rounds[base])
+    print(f"CPU per turn ({base}, over HTTP): {turn_cpu / 1000:.3f} ms\n")
 
 
 def main() -> None:
@@ -237,11 +294,22 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=32)
     parser.add_argument("--rounds", type=int, default=5, help="alternating wrk rounds")
     parser.add_argument("--seconds", type=int, default=4, help="seconds per wrk round")
+    parser.add_argument("--upstream", help="a Python with upstream agentkernel (0.9.5) installed")
+    parser.add_argument("--sessions", type=int, default=1000, help="sessions of 1 s turns")
+    parser.add_argument("--sleep-seconds", type=int, default=10, help="seconds per 1 s-turn round")
+    parser.add_argument("--sleep-rounds", type=int, default=3, help="rounds of 1 s turns")
+    parser.add_argument("--skip-in-process", action="store_true", help="skip part 4")
+    parser.add_argument(
+        "--baseline", help="the src folder of another checkout, run beside this one as 'before'"
+    )
     args = parser.parse_args()
 
     print(f"load average at start: {load()}\n")
-    proc, url = start_server()
+    servers = [start_server()]
     try:
+        proc, url = servers[0]
+        if args.upstream:
+            servers.append(start_server(args.upstream, "_upstream_server.py"))
         with httpx.Client(base_url=url, timeout=30) as client:
             latency(client, "/api/v1/chat", 200)  # warm-up
             latency(client, "/bench/trivial", 200)
@@ -251,10 +319,30 @@ def main() -> None:
                 trivial += latency(client, "/bench/trivial", args.requests // 5)
         direct = direct_agent_latency(args.requests)
         server = psutil.Process(proc.pid)
-        rounds: dict[str, list[tuple[float, float]]] | None = None
+        targets = [
+            Target("pipeline", url + "/api/v1/chat", server),
+            Target("trivial", url + "/bench/trivial", server),
+        ]
+        sleepers = [
+            Target("pipeline", url + "/api/v1/chat", server, "sleep1"),
+            Target("plain sleep", url + "/bench/sleep", server),
+        ]
+        if args.upstream:
+            up_proc, up_url = servers[1]
+            up_server = psutil.Process(up_proc.pid)
+            targets.append(Target("upstream", up_url + "/api/v1/chat", up_server))
+            sleepers.append(Target("upstream", up_url + "/api/v1/chat", up_server, "sleep1"))
+        if args.baseline:
+            servers.append(start_server(src=args.baseline))
+            old_proc, old_url = servers[-1]
+            old_server = psutil.Process(old_proc.pid)
+            targets.append(Target("before", old_url + "/api/v1/chat", old_server))
+            sleepers.append(Target("before", old_url + "/api/v1/chat", old_server, "sleep1"))
+        rounds: dict[str, list[WrkResult]] | None = None
         if shutil.which("wrk") is not None:
-            rounds = wrk_rounds(url, args.rounds, args.seconds, args.concurrency, server)
+            rounds = wrk_rounds(targets, args.rounds, args.seconds, args.concurrency)
             tool = f"wrk, {args.rounds} alternating rounds of {args.seconds} s"
+            sleeping = wrk_rounds(sleepers, args.sleep_rounds, args.sleep_seconds, args.sessions)
         else:
             tp_chat = asyncio.run(throughput(url, "/api/v1/chat", args.requests, args.concurrency))
             tp_trivial = asyncio.run(
@@ -263,8 +351,9 @@ def main() -> None:
             tool = f"httpx, {args.requests} requests; the Python client may be the bottleneck"
         load_after_http = load()
     finally:
-        proc.terminate()
-        proc.wait(20)
+        for proc, _ in servers:
+            proc.terminate()
+            proc.wait(20)
 
     print("## Sync latency, ms (sequential, one client)")
     print("| path | p50 | p99 |\n|---|---|---|")
@@ -276,21 +365,28 @@ def main() -> None:
         print(f"| {name} | {statistics.median(values):.3f} | {percentile(values, 0.99):.3f} |")
     overhead = statistics.median(chat) - statistics.median(trivial)
     print(f"\npipeline overhead at p50: {overhead:.3f} ms (chat p50 - trivial p50)\n")
-    print(f"## Throughput, {args.concurrency} concurrent connections ({tool})")
+    print(f"## Throughput of no-op turns, {args.concurrency} concurrent connections ({tool})")
     if rounds is None:
         print(f"| path | req/s |\n|---|---|\n| pipeline | {tp_chat:.0f} |")
         print(f"| trivial | {tp_trivial:.0f} |\n\nratio: {tp_chat / tp_trivial:.2f}\n")
     else:
-        print_rounds(rounds)
+        print_rounds(rounds, "pipeline")
+        print(
+            f"## {args.sessions:,} sessions at once, 1 s turns (wrk -c{args.sessions}, "
+            f"{args.sleep_rounds} alternating rounds of {args.sleep_seconds} s)"
+        )
+        print_rounds(sleeping, "pipeline")
     print(f"load average after the HTTP part: {load_after_http}\n")
-
+    if args.skip_in_process:
+        return
     ours, ours_s = sleeping_turns(1000, async_runner=True, time_limit=60)
     base, base_s = sleeping_turns(1000, async_runner=False, time_limit=20)
-    print("## 1-second turns over 1,000 sessions")
+    print("## 1-second turns over 1,000 sessions, in one process (no HTTP)")
     print("| runner | turns finished | seconds | turns/s |\n|---|---|---|---|")
     print(f"| async Agent Runner | {ours} | {ours_s:.1f} | {ours / ours_s:.1f} |")
     print(f"| one turn per thread (5 threads) | {base} | {base_s:.1f} | {base / base_s:.1f} |")
-    print(f"\nratio: {(ours / ours_s) / (base / base_s):.0f}x")
+    if base:
+        print(f"\nratio: {(ours / ours_s) / (base / base_s):.0f}x")
 
 
 if __name__ == "__main__":

@@ -117,7 +117,7 @@ def main() -> None:
     parser.add_argument("--child", type=int, help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        limit = args.max_in_flight or RunnerConfig().max_in_flight
+        limit = args.max_in_flight or RunnerConfig().in_flight_limit(queues_in_process=True)
         print(json.dumps(run_one(args.child, limit, args.threads)))
         return
     print(f"load average before: {' '.join(f'{x:.2f}' for x in psutil.getloadavg())}")

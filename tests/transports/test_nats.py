@@ -21,6 +21,7 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
+from agentkernel.pipeline.transport.nats.pull import Pull
 from tests.foreign import NATS_KINDS, publish_nats
 from tests.servers import free_port
 
@@ -429,6 +430,40 @@ def test_stop_fetching_cancels_the_open_requests_so_others_get_the_messages(nats
     assert [(m.body, m.receive_count) for m in got] == [("second", 1)]
     assert leaving.held == 0  # type: ignore[attr-defined]
     other.ack(got[0])
+
+
+def test_a_long_poll_whose_answer_never_arrives_does_not_stall_its_partition(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on a server shared with a busy client (issue 30): a message published as a long
+    poll expired was counted as delivered, and neither it nor the poll's 408 reached the
+    consumer. The partition then counted as asked for as long as fetches kept coming, so it was
+    never asked again and its sessions stalled. The server's race cannot be staged, so one
+    real answer is dropped on arrival here; everything else is the real server's."""
+    dropped: list[str] = []
+    answer = Pull.on_reply
+
+    async def losing_the_first_408(pull: Pull, msg: Any) -> None:
+        if not dropped and (msg.headers or {}).get("Status") == "408":
+            dropped.append(msg.subject)
+            return
+        await answer(pull, msg)
+
+    monkeypatch.setattr(Pull, "on_reply", losing_the_first_408)
+    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=2.0))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    assert consumer.fetch(1, 0.3) == []  # probes, then long-polls the empty partition
+    deadline = time.monotonic() + 5
+    while not dropped:
+        assert time.monotonic() < deadline, "the long poll was never answered"
+        time.sleep(0.01)
+    transport.send(QueueName.INPUT, QueueMessage(body="next", group_id="g"))
+    got: list[QueueMessage] = []
+    deadline = time.monotonic() + 6  # a lost answer costs LOST_ANSWER_SECONDS, not forever
+    while not got and time.monotonic() < deadline:
+        got = consumer.fetch(1, 0.5)  # back to back, as a consumer thread fetches
+    assert [(m.body, m.receive_count) for m in got] == [("next", 1)]
+    consumer.ack(got[0])
 
 
 def test_a_stream_deleted_under_a_running_transport_is_a_transport_error(nats_url: str) -> None:

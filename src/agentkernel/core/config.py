@@ -107,14 +107,23 @@ CONFIG_PATH_ENV = "AK_CONFIG_PATH_OVERRIDE"
 DEFAULT_CONFIG_PATH = "config.yaml"
 
 
+#: Turns one runner process keeps in flight by default on a broker, where each holds a lease.
+BROKER_MAX_IN_FLIGHT = 256
+#: The same on the in-memory transport (``agentkernel serve``), where no turn holds a lease.
+IN_PROCESS_MAX_IN_FLIGHT = 10_000
+
+
 class RunnerConfig(_Block):
     """``execution.runner``: how an Agent Runner process executes turns."""
 
-    max_in_flight: int = Field(
-        256,
+    max_in_flight: int | None = Field(
+        None,
         ge=1,
         description="Turns one runner process keeps running at once (asyncio), across all its "
-        "consumer threads; independent of no_of_consumers.",
+        "consumer threads; independent of no_of_consumers. Unset: 256 on a broker, where each "
+        "turn in flight holds a lease the broker must track; 10000 on the in-memory transport "
+        "(agentkernel serve), where a turn waits in the process's memory whether it runs or "
+        "not: about 3 KB queued, 12 KB running, besides what its agent holds.",
     )
     lease_extension: bool = Field(
         True,
@@ -159,6 +168,16 @@ class RunnerConfig(_Block):
         description="Interface of the runner's health port; 0.0.0.0 in a container, so probes "
         "and scrapers reach it.",
     )
+
+    def in_flight_limit(self, queues_in_process: bool) -> int:
+        """``max_in_flight``, or when it is unset the default for where the queues live.
+
+        Args:
+            queues_in_process: the transport keeps its queues in this process (in-memory).
+        """
+        if self.max_in_flight is not None:
+            return self.max_in_flight
+        return IN_PROCESS_MAX_IN_FLIGHT if queues_in_process else BROKER_MAX_IN_FLIGHT
 
 
 class ExecutionMode(StrEnum):

@@ -184,7 +184,7 @@ class AgentRunner(QueueConsumer):
         loop_settings = LoopSettings(
             num_consumers=settings.no_of_consumers,
             batch_size=self.queues.batch_size or 1,
-            max_in_flight=self.runner.max_in_flight,
+            max_in_flight=self.runner.in_flight_limit(self.transport.queues_in_process),
             stall_warning=self.runner.stall_warning,
             drain_timeout=self.runner.drain_timeout,
         )

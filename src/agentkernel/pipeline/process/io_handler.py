@@ -47,6 +47,7 @@ from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.http.app import RouterSource
 from agentkernel.pipeline.http.listener import accept_new_connections
 from agentkernel.pipeline.http.server_limits import server_options
+from agentkernel.pipeline.process.collector import tune_for_server
 from agentkernel.pipeline.process.event_loop import StallWatchdog
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.shutdown import (
@@ -172,9 +173,8 @@ class IOHandler:
         if not self._local_queue:
             return runner.consumer_loop()  # a broker keeps the queued turns: stop at shutdown
         settings = self.config.execution.runner
-        return self._in_loop(
-            runner.handling(), QueueName.INPUT, settings.max_in_flight, settings.drain_timeout
-        )
+        limit = settings.in_flight_limit(queues_in_process=True)
+        return self._in_loop(runner.handling(), QueueName.INPUT, limit, settings.drain_timeout)
 
     def _in_loop(
         self, handling: MessageHandling, queue: QueueName, max_in_flight: int, drain_timeout: float
@@ -227,7 +227,9 @@ class IOHandler:
         """Run every part until shutdown; blocks.
 
         Args:
-            exit_on_shutdown: exit the process once the shutdown order has run.
+            exit_on_shutdown: exit the process once the shutdown order has run; the process is
+                then this server's, and its garbage collector is tuned for serving
+                (:mod:`agentkernel.pipeline.process.collector`).
             sockets: listen on these already bound sockets instead of ``api.host:api.port``
                 (``serve --reload``, whose parent process binds the port once).
         """
@@ -246,6 +248,8 @@ class IOHandler:
         for loop in (self.output_loop, self.runner_loop):
             if isinstance(loop, ConsumerLoop):
                 tasks += loop.tasks()
+        if exit_on_shutdown:  # the process is this server's: tune its collector
+            tune_for_server()
         ThreadRunner.run(
             tasks, exit_on_shutdown=exit_on_shutdown, shutdown_timeout=self.shutdown_budget
         )

@@ -23,7 +23,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from agentkernel.core.config import InMemoryQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError
@@ -77,15 +77,14 @@ class _Broker:
             if message.dedup_id is not None and self._is_duplicate(q, message.dedup_id, now):
                 return None
             number = next(self._ids)
-            stored = message.model_copy(
-                update={
-                    "attributes": dict(message.attributes),
-                    "message_id": f"{self._id_prefix}{number:016x}",
-                    "receive_count": 1,
-                    "native": None,
-                    # The random prefix names this broker's life: a new one counts from 1 again.
-                    "position": Position(f"memory:{self._id_prefix}:{queue}", number),
-                }
+            stored = _copy(
+                message,
+                attributes=dict(message.attributes),
+                message_id=f"{self._id_prefix}{number:016x}",
+                receive_count=1,
+                native=None,
+                # The random prefix names this broker's life: a new one counts from 1 again.
+                position=Position(f"memory:{self._id_prefix}:{queue}", number),
             )
             group = message.group_id if message.group_id is not None else f"\0{stored.message_id}"
             q.push(group, Entry(stored))
@@ -157,12 +156,11 @@ class _Broker:
         token = next(self._tokens)
         q.lease(group, Lease(entry, token, self.clock() + self.ack_wait))
         message = entry.message
-        return message.model_copy(
-            update={
-                "attributes": dict(message.attributes),
-                "receive_count": entry.deliveries,
-                "native": Handle(q, group, token),
-            }
+        return _copy(
+            message,
+            attributes=dict(message.attributes),
+            receive_count=entry.deliveries,
+            native=Handle(q, group, token),
         )
 
     def settle(self, message: QueueMessage, *, requeue: bool) -> None:
@@ -372,6 +370,15 @@ class InMemoryConsumer(TransportConsumer):
         self._closed = True
         with self._broker.queues[self._queue].cond:
             self._broker.queues[self._queue].consumers -= 1
+
+
+def _copy(message: QueueMessage, **changes: Any) -> QueueMessage:
+    """``message.model_copy(update=changes)`` without its per-call overhead (three times
+    slower, and a message is copied twice per queue): the values are already valid ones."""
+    copy = message.__copy__()
+    copy.__dict__.update(changes)
+    copy.__pydantic_fields_set__.update(changes)
+    return copy
 
 
 def _warn_if_other_settings(

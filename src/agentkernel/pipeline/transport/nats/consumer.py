@@ -43,6 +43,9 @@ HOLD_SECONDS = 2.0
 #: this many seconds (the consumer is saturated or stopping), they are cancelled.
 IDLE_SECONDS = 0.5
 REFRESH_AFTER_SECONDS = 1.0
+#: A long poll whose answer (a message or a 408) has not come this long after its expiry
+#: counts as answered: its partition is asked again (see :meth:`Pull.forget_unanswered`).
+LOST_ANSWER_SECONDS = 1.0
 NO_WAIT_PROBE = json.dumps({"batch": 1, "no_wait": True}).encode()
 
 
@@ -155,7 +158,9 @@ class NatsConsumer(TransportConsumer):
             left = deadline - asyncio.get_running_loop().time()
             if not self._held and left > 0:  # busy partitions' requests are still open, too
                 body = json.dumps({"batch": 1, "expires": int(left * 1e9)}).encode()
+                due = deadline + LOST_ANSWER_SECONDS
                 for partition in sorted(pull.idle):
+                    pull.expect(partition, due)
                     await self._request(pull, partition, body)
                 await self._until(lambda: bool(self._held), deadline)
         finally:
@@ -196,11 +201,17 @@ class NatsConsumer(TransportConsumer):
         is passed over for long): a wave then rarely goes to a partition with nothing in it.
         """
         partitions = len(self._next_subjects)
+        loop = asyncio.get_running_loop()
+        for partition in pull.forget_unanswered(loop.time()):
+            logger.warning(
+                "%s: no answer to the long poll of partition %s; asking it again",
+                self._stream,
+                partition,
+            )
         order = [(self._cursor + i) % partitions for i in range(partitions)]
         order = [p for p in order if p not in pull.open]  # those reply here when they can
         order.sort(key=self._empty.__contains__)  # stable: the rotation order otherwise
         self._empty = pull.idle  # this fetch's answers decide the next one's order
-        loop = asyncio.get_running_loop()
         first = True
         while order and len(self._held) < demand and not self._closed:
             if not first and loop.time() >= deadline:

@@ -21,6 +21,8 @@ class Pull:
         self.answered: set[int] = set()  # partitions that replied (a message or a status)
         self.idle: set[int] = set()  # partitions that had nothing for this request
         self.probing: dict[int, float] = {}  # the current probe wave: partition -> sent at
+        #: Long polls still open: partition -> loop time by which the server must have answered.
+        self.due: dict[int, float] = {}
         self.latencies: list[float] = []  # seconds from probe to answer, within the wave
         self._hold = hold
         self._changed = changed
@@ -33,6 +35,28 @@ class Pull:
         self.latencies.clear()
         return self
 
+    def expect(self, partition: int, by: float) -> None:
+        """A long poll of ``partition`` went out: the server answers it by ``by`` (loop time)."""
+        self.due[partition] = by
+
+    def forget_unanswered(self, now: float) -> list[int]:
+        """Stop counting as open the long polls whose answer is overdue at ``now``.
+
+        The server answers a long poll by its expiry, with a message or a 408. When that answer
+        never arrives (seen on a server shared with busy clients: a message published as the
+        poll expired was counted as delivered, and neither it nor the 408 came), the partition
+        would count as asked for as long as the inbox lives, and never be asked again. Its
+        message comes back after ``ack_wait``, to a request this lets the next fetch send.
+
+        Returns:
+            the partitions forgotten.
+        """
+        lost = [p for p, by in self.due.items() if now > by]
+        for partition in lost:
+            del self.due[partition]
+            self.open.discard(partition)
+        return lost
+
     async def on_reply(self, msg: Any) -> None:
         status = (msg.headers or {}).get("Status")
         partition = partition_of_reply(msg.subject)
@@ -41,6 +65,7 @@ class Pull:
         self.answered.add(partition)
         if status != "100":  # anything but a heartbeat ends a request for one message
             self.open.discard(partition)
+            self.due.pop(partition, None)
         if status is None:
             self._hold(msg)
         elif status in ("404", "408"):  # no messages; expired or others are waiting first

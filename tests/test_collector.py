@@ -1,0 +1,43 @@
+"""The garbage-collector settings a server process takes (process-wide: each case runs in a
+fresh interpreter, never in the test process)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+from agentkernel.pipeline.process.collector import GEN0_THRESHOLD
+
+
+def after_tuning(prelude: str) -> dict[str, object]:
+    code = (
+        "import gc, json\n"
+        f"{prelude}\n"
+        "before = gc.get_threshold()\n"
+        "from agentkernel.pipeline.process.collector import tune_for_server\n"
+        "tune_for_server()\n"
+        "print(json.dumps({'threshold': gc.get_threshold(), 'frozen': gc.get_freeze_count(), "
+        "'enabled': gc.isenabled(), 'before': before}))\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout)
+    return result
+
+
+def test_the_start_up_objects_are_frozen_and_young_collections_are_rarer() -> None:
+    state = after_tuning("")
+    before = state["before"]
+    assert isinstance(before, list)
+    assert state["threshold"] == [GEN0_THRESHOLD, *before[1:]]  # the older ones as they were
+    assert isinstance(state["frozen"], int) and state["frozen"] > 1000
+
+
+def test_a_higher_threshold_the_application_set_is_kept() -> None:
+    assert after_tuning("gc.set_threshold(50000, 5, 7)")["threshold"] == [50000, 5, 7]
+
+
+def test_a_disabled_collector_is_left_alone() -> None:
+    state = after_tuning("gc.disable()")
+    assert (state["threshold"], state["frozen"], state["enabled"]) == (state["before"], 0, False)
