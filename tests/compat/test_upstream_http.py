@@ -92,7 +92,7 @@ def test_the_poll_route_leaves_post_and_other_methods_alone(server: Server) -> N
 def test_the_agents_list_has_upstreams_shape_and_keeps_the_details(server: Server) -> None:
     doc = server.client.get("/api/v1/agents").json()
     names = doc["agents"]  # an upstream client: a list of agent names
-    assert names == ["echo", "slow", "broken", "flaky", "words", "trace"]
+    assert names == ["echo", "slow", "broken", "flaky", "once", "words", "trace"]
     assert all(isinstance(name, str) for name in names)
     details = {d["name"]: d for d in doc["details"]}
     assert details["words"]["streaming"] is True
