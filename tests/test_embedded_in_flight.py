@@ -31,8 +31,10 @@ from .runner_config import config_with
 WAIT = 30.0  # bound of every wait here; a healthy run takes well under a second per wait
 TURNS = 1000
 #: Memory one turn in flight may take, queued message, task, session and reply included. The
-#: measured figure is about 10 KB; the bound leaves room for other Python versions.
-MAX_BYTES_PER_TURN = 16 * 1024
+#: measured figure is 10-12 KB alone; tracemalloc counts every thread's allocations, and in a
+#: full test run other tests' background threads (store listeners, sweepers) added up to 5 KB
+#: per turn, so the bound is twice the figure: a turn that grew by half again still fails.
+MAX_BYTES_PER_TURN = 24 * 1024
 
 
 class Gate:

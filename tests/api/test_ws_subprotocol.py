@@ -35,6 +35,22 @@ AUTH = {
 }
 
 
+@pytest.fixture(autouse=True)
+def _server_logs_reach_caplog() -> Iterator[None]:
+    """These tests read the server's DEBUG lines; an earlier test of the run may have configured
+    its loggers (a level, no propagation, disabled by a logging config): undo that here."""
+    saved = []
+    for name in ("uvicorn", "uvicorn.error"):
+        log = logging.getLogger(name)
+        saved.append((log, log.level, log.propagate, log.disabled))
+        log.setLevel(logging.NOTSET)
+        log.propagate, log.disabled = True, False
+    yield
+    for log, level, propagate, disabled in saved:
+        log.setLevel(level)
+        log.propagate, log.disabled = propagate, disabled
+
+
 @pytest.fixture
 def server() -> Iterator[Server]:
     s = start(AUTH, idempotency_secret=SecretStr("server-side-secret"), access_log=True)
