@@ -20,46 +20,17 @@ Usage: python benchmarks/bench_cancel.py [--turns 50] [--split]
 from __future__ import annotations
 
 import argparse
-import os
 import statistics
-import subprocess
-import sys
 import tempfile
 import time
 import uuid
 from pathlib import Path
 
 import httpx
+from bench_streaming import free_port, spawn, wait_healthy
 
 HERE = Path(__file__).parent
 AGENTS = HERE / "_cancel_agents.py"
-
-
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def spawn(args: list[str], env: dict[str, str]) -> subprocess.Popen[bytes]:
-    return subprocess.Popen(
-        [sys.executable, "-m", "agentkernel", *args],
-        env=os.environ | env,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-
-
-def wait_healthy(url: str) -> None:
-    for _ in range(300):
-        try:
-            if httpx.get(url + "/health", timeout=1).status_code == 200:
-                return
-        except httpx.HTTPError:
-            time.sleep(0.05)
-    raise RuntimeError(f"{url} did not start")
 
 
 def noted(log: Path, kind: str, request_id: str, timeout: float = 30) -> float:

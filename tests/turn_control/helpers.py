@@ -9,6 +9,7 @@ import time
 from typing import Any
 
 import httpx
+from tests.api.conftest import poll
 
 from agentkernel import Agent, AgentRegistry
 
@@ -95,9 +96,4 @@ def reply(
     client: httpx.Client, session: str, request_id: str, timeout: float = 15
 ) -> httpx.Response:
     """The turn's final reply, polled until it is there."""
-    deadline = time.monotonic() + timeout
-    while True:
-        response = client.get(f"/api/v1/chat/{session}", params={"request_id": request_id})
-        if response.status_code != 404 or time.monotonic() > deadline:
-            return response
-        time.sleep(0.02)
+    return poll(client, session, request_id, timeout)
