@@ -20,7 +20,7 @@ locals {
   }, var.extra_environment)
 
   sessions = var.session_table_arn == null ? [] : [{
-    sid       = "Sessions"
+    sid = "Sessions"
     actions = [
       "dynamodb:GetItem",
       "dynamodb:Query",
