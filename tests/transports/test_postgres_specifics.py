@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 
@@ -12,7 +13,7 @@ import pytest
 from agentkernel.core.errors import AKConfigError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransportFactory
-from agentkernel.pipeline.transport.postgres import PostgresTransport
+from agentkernel.pipeline.transport.postgres import KEY, PostgresTransport
 from tests import servers
 from tests.stores.postgres_helpers import Proxy
 from tests.transports.test_postgres import queue_config, queue_schema
@@ -90,6 +91,10 @@ def test_an_unreachable_server_fails_in_seconds() -> None:
     with pytest.raises(TransportError, match="PostgreSQL unavailable"):
         PostgresTransport(config.model_copy(update={"connect_timeout": 1.0}))
     assert time.monotonic() - started < 10
+    # The failed constructor closed its pool: no worker is left for the garbage collector to
+    # join from ``ConnectionPool.__del__`` (an unraisable exception in whatever test runs then).
+    pool_threads = [t.name for t in threading.enumerate() if t.name.startswith(KEY)]
+    assert pool_threads == []
 
 
 def test_a_body_postgres_cannot_hold_is_a_transport_error(queue_schema: tuple[str, str]) -> None:

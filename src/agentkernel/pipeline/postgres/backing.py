@@ -64,6 +64,9 @@ class Backing:
             self.ensure()
         except StoreUnavailableError as exc:
             logger.warning("%s: PostgreSQL not checked at start-up (%s); on first use", key, exc)
+        except BaseException:
+            self.pool.close(timeout=2.0)  # not left for ``__del__`` to join (see the transport)
+            raise
         self._sweeper.start()
 
     @contextmanager

@@ -80,8 +80,14 @@ class PostgresTransport(QueueTransport):
         self.names = {QueueName.INPUT: config.input_queue, QueueName.OUTPUT: config.output_queue}
         self.sql = query_in(config.db_schema)
         self.pool = open_pool(config, KEY)
-        with pooled(self.pool, _errors("check of the schema")) as conn:
-            self.epoch = establish(conn, config.db_schema, KEY, config.auto_provision)
+        try:
+            with pooled(self.pool, _errors("check of the schema")) as conn:
+                self.epoch = establish(conn, config.db_schema, KEY, config.auto_provision)
+        except BaseException:
+            # A pool left to the garbage collector joins its workers from ``__del__``, in
+            # whatever thread collects it; close it here, where the failure is.
+            self.pool.close(timeout=2.0)
+            raise
         self.wakeups = _Wakeups(conninfo(config, KEY), [self.channel(n) for n in QueueName])
         self._sweeper = threading.Thread(target=self._sweep_forever, name="pg-queue-sweeper")
         self._sweeper.daemon = True
