@@ -26,6 +26,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from agentkernel.core.errors import AgentKernelError, AKConfigError
+from agentkernel.core.redis_client import redis_client
 
 if TYPE_CHECKING:
     import redis
@@ -35,18 +36,22 @@ SOCKET_TIMEOUT_SECONDS = 5.0
 
 
 def connect(url: str, key: str) -> redis.Redis:
-    """A redis-py client for ``url`` (it connects on first use).
+    """A redis-py client for ``url`` (:func:`~agentkernel.core.redis_client.redis_client`:
+    ``redis+cluster://`` names a Redis Cluster); a single server is connected on first use.
 
     Raises:
-        AKConfigError: the URL is malformed; the message names the config ``key``.
+        AKConfigError: the URL is malformed, or no node of a cluster answered; the message
+            names the config ``key``.
     """
     import redis
 
+    timeout = SOCKET_TIMEOUT_SECONDS
     try:
-        timeout = SOCKET_TIMEOUT_SECONDS
-        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     except ValueError as exc:  # the message names the scheme, never the password
         raise AKConfigError(f"{key}: {exc}") from exc
+    except redis.RedisError as exc:  # a cluster client found no node to ask for the slots
+        raise AKConfigError(f"{key}: no node of the Redis Cluster answered: {exc}") from exc
 
 
 @contextmanager

@@ -9,7 +9,9 @@ sent have run. Acks of one batch then share a round trip, as in the NATS transpo
 A connection that breaks with acks unanswered (Redis restarted, say: the first ack after it
 goes out on the closed connection) may have lost them, so they are sent again on a fresh one and
 waited for. That is safe: an ack names the delivery it settles, and does nothing once it has run.
-Only an ack that fails again is logged and left to come back after its lease.
+Only an ack that fails again is logged and left to come back after its lease. On a Redis Cluster
+the connection is one to the node serving the queue's slot; an ack refused there because the
+slot moved is sent again through the cluster client, which follows it.
 """
 
 from __future__ import annotations
@@ -25,12 +27,23 @@ from agentkernel.pipeline.transport.redis.errors import stream_errors
 
 logger = logging.getLogger(__name__)
 
+#: Replies that mean the ack did not run here and may run through the client: the script is not
+#: loaded (a restarted Redis), or the cluster's slot is elsewhere or busy (resharding, failover;
+#: the client follows the cluster, this connection does not).
+_SEND_AGAIN = (
+    redis.exceptions.NoScriptError,
+    redis.exceptions.AskError,  # and MovedError, a subclass
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+
 
 class PipelinedAcks:
     """The acks of one consumer; thread-safe.
 
     Args:
-        client: the transport's redis-py client (its pool lends the connection).
+        client: the single-server client of the queue's node (its pool lends the connection;
+            on a cluster, the node serving the queue's slot).
         script: the ACK script (its ``sha``; called directly to load it again after a
             ``NOSCRIPT``, e.g. from a restarted Redis).
     """
@@ -83,7 +96,7 @@ class PipelinedAcks:
             keys, args, what = self._sent[0]
             try:
                 self._conn.read_response()
-            except redis.exceptions.NoScriptError:
+            except _SEND_AGAIN:
                 self._sent.popleft()
                 self._again(keys, args, what)
             except redis.ResponseError as exc:

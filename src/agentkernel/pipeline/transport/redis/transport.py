@@ -15,7 +15,8 @@ from typing import Any
 import redis
 
 from agentkernel.core.config import QueuesConfig, RedisQueueConfig
-from agentkernel.core.errors import AKConfigError, MessageRejectedError
+from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
+from agentkernel.core.redis_client import node_for, redis_client
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.redis import scripts
@@ -69,8 +70,12 @@ class RedisStreamsTransport(QueueTransport):
         """Refuse a server that may evict keys: a lost token or session stream loses messages
         without a trace (``allow_eviction`` turns the refusal into a warning)."""
         with stream_errors("check of the server's eviction policy"):
-            policy = self.client.info("memory").get("maxmemory_policy", "noeviction")
-        if policy == "noeviction":
+            policies = {  # on a cluster: each node that serves a queue
+                node_for(self.client, keys.ready).info("memory").get("maxmemory_policy")
+                for keys in self.queues.values()
+            }
+        policy = ", ".join(sorted(str(p) for p in policies - {None, "noeviction"}))
+        if not policy:
             return
         text = f"the Redis maxmemory-policy is {policy}: it may evict queued messages"
         if not self.settings.allow_eviction:
@@ -174,6 +179,8 @@ def _client(settings: RedisQueueConfig) -> redis.Redis:
         "protocol": 2,  # the replies of scripts and stream reads are read in RESP2 shapes
     }
     try:
-        return redis.Redis.from_url(settings.url, **options)
+        return redis_client(settings.url, **options)
     except (ValueError, TypeError) as exc:  # the message names the scheme, never the password
         raise AKConfigError(f"{_KEY}: {exc}") from exc
+    except redis.RedisError as exc:  # a cluster client found no node to ask for the slots
+        raise TransportError(f"{_KEY}: no node of the Redis Cluster answered: {exc}") from exc

@@ -1,0 +1,73 @@
+"""The Redis Streams transport's contract on the other servers it claims: Redis 6.2 (the oldest
+supported), Valkey, and a Redis Cluster (``redis+cluster://``, tests/redis_servers.py).
+
+Each class is the contract suite of tests/transports/test_redis_streams.py with the server
+changed, so the suites cannot drift apart, and two settings made cheaper (the machine's Redis
+runs the rest): leases and windows of one second instead of two, and one kind of undecodable
+entry instead of four (the kinds differ only in what the Python side decodes; the server's part,
+dead-lettering through the script, is the same for each). That keeps the three servers' runs
+near 25 s each.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentkernel.core.redis_client import is_cluster
+from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.transport.redis import RedisStreamsTransport
+from tests.transports import test_redis_streams as on_redis7
+from tests.transports.test_redis_streams import (
+    fetch_all,
+    prefixes,  # noqa: F401  (the suite's fixture)
+    settings,
+)
+
+pytestmark = pytest.mark.redis
+
+
+class OnAnotherServer(on_redis7.TestRedisStreamsContract):
+    """The contract with shorter waits; subclasses name the server."""
+
+    ack_wait = dedup_window = nack_delay = 1.0
+    undecodable_kinds = ("body",)
+
+
+class TestRedis62StreamsContract(OnAnotherServer):
+    @pytest.fixture
+    def redis_url(self, redis62_url: str) -> str:
+        return redis62_url
+
+
+class TestValkeyStreamsContract(OnAnotherServer):
+    @pytest.fixture
+    def redis_url(self, valkey_url: str) -> str:
+        return valkey_url
+
+
+class TestRedisClusterStreamsContract(OnAnotherServer):
+    @pytest.fixture
+    def redis_url(self, redis_cluster_url: str) -> str:
+        return redis_cluster_url
+
+
+def test_a_cluster_url_builds_a_cluster_client_serving_each_queue_from_its_slot(
+    redis_cluster_url: str,
+) -> None:
+    transport = RedisStreamsTransport(settings(redis_cluster_url))
+    try:
+        assert is_cluster(transport.client)
+        client = transport.client
+        slots = {client.keyslot(keys.ready) for keys in transport.queues.values()}  # type: ignore[attr-defined]
+        assert len(slots) == 2  # INPUT and OUTPUT hash apart
+        transport.send(QueueName.INPUT, QueueMessage(body="in", group_id="s"))
+        transport.send(QueueName.OUTPUT, QueueMessage(body="out", group_id="s"))
+        for queue, body in ((QueueName.INPUT, "in"), (QueueName.OUTPUT, "out")):
+            consumer = transport.create_consumer(queue)
+            (got,) = fetch_all(consumer, 1)
+            consumer.ack(got)
+            consumer.close()
+            assert got.body == body
+    finally:
+        transport.close()
+        on_redis7.drop_keys(redis_cluster_url, transport.settings.prefix)
