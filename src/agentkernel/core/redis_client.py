@@ -69,3 +69,43 @@ def node_for(client: redis.Redis, key: str | bytes) -> redis.Redis:
     cluster: Any = client
     node = cluster.get_node_from_key(key)
     return cast("redis.Redis", cluster.get_redis_connection(node))
+
+
+def hash_tag(prefix: str) -> str | None:
+    """The hash tag every key starting with ``prefix`` carries (``ak`` of ``{ak}:``), or
+    ``None`` when the prefix has none (Redis hashes the first non-empty ``{...}`` of a key)."""
+    start = prefix.find("{")
+    end = prefix.find("}", start + 1) if start >= 0 else -1
+    return prefix[start + 1 : end] if end > start + 1 else None
+
+
+def require_one_slot(client: redis.Redis, key: str, prefix: str, *others: str) -> None:
+    """On a cluster, refuse a store whose keys would not all share one hash slot: its scripts
+    and pipelines touch several keys at once, which a cluster runs only within one slot.
+
+    Args:
+        key: the store's configuration key, for the message (``session.redis``).
+        prefix: the store's key prefix; it must carry a hash tag (``{ak}:``).
+        others: further prefixes the store reads (an upstream prefix); same slot as ``prefix``.
+
+    Raises:
+        AKConfigError: on a cluster, a prefix without a hash tag or in another slot.
+    """
+    if not is_cluster(client):
+        return
+    from agentkernel.core.errors import AKConfigError
+
+    tag = hash_tag(prefix)
+    if tag is None:
+        raise AKConfigError(
+            f"{key}.prefix: on a Redis Cluster the prefix must carry a hash tag, e.g. "
+            f"'{{{prefix.rstrip(':') or 'ak'}}}:', so that every key of the store shares one slot"
+        )
+    cluster: Any = client
+    for other in others:
+        found = hash_tag(other)
+        if found is None or cluster.keyslot(found) != cluster.keyslot(tag):
+            raise AKConfigError(
+                f"{key}: on a Redis Cluster, {other!r} must carry a hash tag of the same slot as "
+                f"the prefix's {{{tag}}}"
+            )

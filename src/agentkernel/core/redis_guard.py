@@ -33,6 +33,7 @@ import uuid
 from typing import TYPE_CHECKING
 
 from agentkernel.core.errors import AKConfigError, StoreDataLostError
+from agentkernel.core.redis_client import node_for
 
 if TYPE_CHECKING:
     import redis
@@ -203,7 +204,8 @@ class RedisGuard:
     def _snapshot(self, full: bool) -> tuple[str | None, int, bytes | str | None]:
         """In one round trip: the eviction policy (``full`` only, else ``None``), the count of
         keys evicted since the server started, and the epoch."""
-        with self._redis.pipeline(transaction=False) as pipe:
+        # On a cluster: the node of the store's slot, which answers INFO beside the GET.
+        with node_for(self._redis, self._epoch_key).pipeline(transaction=False) as pipe:
             pipe.info("stats")
             pipe.get(self._epoch_key)
             if full:

@@ -41,6 +41,7 @@ from agentkernel.core.errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from agentkernel.core.redis_client import node_for, require_one_slot
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
@@ -129,6 +130,8 @@ class RedisResponseStore(ResponseStore):
         self._upstream_prefix = upstream_prefix
         key = "execution.response_store.redis"
         self._redis = connect(url, f"{key}.url")
+        others = [] if upstream_prefix is None else [upstream_prefix]
+        require_one_slot(self._redis, key, prefix, *others)
         self._prefix = prefix
         self._waiters = WaiterRegistry()
         self._listener: threading.Thread | None = None
@@ -139,6 +142,11 @@ class RedisResponseStore(ResponseStore):
         self._guard = RedisGuard(self._redis, prefix, key, allow_eviction=allow_eviction)
         start_guard(self._guard, key)
         self._secret: bytes | None = None
+
+    def _node(self, request_id: str) -> redis.Redis:
+        """The client a pipeline runs on: on a cluster, the node serving the store's slot (a
+        cluster pipeline takes neither PUBLISH nor MGET)."""
+        return node_for(self._redis, self._key(request_id))
 
     def _key(self, request_id: str) -> str:
         return f"{self._prefix}resp:{request_id}"
@@ -155,7 +163,7 @@ class RedisResponseStore(ResponseStore):
     def put(self, record: ResponseRecord) -> None:
         ttl_ms = int(self.ttl * 1000)
         with _errors(f"write of {record.request_id}"):
-            pipe = self._redis.pipeline()
+            pipe = self._node(record.request_id).pipeline()
             pipe.set(self._key(record.request_id), record.to_json(), px=ttl_ms)
             turns = self._turns_key(record.session_id, record.owner)
             pipe.sadd(turns, record.request_id)
@@ -221,7 +229,7 @@ class RedisResponseStore(ResponseStore):
         self, request_id: str, after: int = -1
     ) -> tuple[ResponseRecord | None, list[dict[str, Any]]]:
         """One round trip; the server runs the record's read before the chunks' (see base)."""
-        with _errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
+        with _errors(f"read of {request_id}"), self._node(request_id).pipeline(False) as pipe:
             pipe.mget(self._record_keys(request_id))
             pipe.lrange(self._chunks_key(request_id), after + 1, -1)
             values, raw = pipe.execute()

@@ -1,0 +1,64 @@
+"""The Redis response and session stores' contracts on the other servers they claim: Redis 6.2
+(the oldest supported), Valkey, and a Redis Cluster (``redis+cluster://``, with the hash-tagged
+prefix a cluster requires; tests/redis_servers.py).
+
+Each class is a contract suite of tests/stores with only the server changed.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from agentkernel.core.errors import AKConfigError
+from agentkernel.pipeline.response_store.redis import RedisResponseStore
+from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from tests.stores import test_response_stores as responses
+from tests.stores import test_session_stores as sessions
+
+pytestmark = pytest.mark.redis
+
+
+class TestRedis62ResponseStore(responses.TestRedisResponseStore):
+    @pytest.fixture
+    def redis_url(self, redis62_url: str) -> str:
+        return redis62_url
+
+
+class TestValkeyResponseStore(responses.TestRedisResponseStore):
+    @pytest.fixture
+    def redis_url(self, valkey_url: str) -> str:
+        return valkey_url
+
+
+class TestRedisClusterResponseStore(responses.TestRedisResponseStore):
+    @pytest.fixture
+    def redis_url(self, redis_cluster_url: str) -> str:
+        return redis_cluster_url
+
+
+class TestRedis62Sessions(sessions.TestRedisSessions):
+    @pytest.fixture
+    def redis_url(self, redis62_url: str) -> str:
+        return redis62_url
+
+
+class TestValkeySessions(sessions.TestRedisSessions):
+    @pytest.fixture
+    def redis_url(self, valkey_url: str) -> str:
+        return valkey_url
+
+
+class TestRedisClusterSessions(sessions.TestRedisSessions):
+    @pytest.fixture
+    def redis_url(self, redis_cluster_url: str) -> str:
+        return redis_cluster_url
+
+
+def test_a_store_on_a_cluster_needs_a_hash_tagged_prefix(redis_cluster_url: str) -> None:
+    with pytest.raises(
+        AKConfigError, match=r"session\.redis\.prefix: .* hash tag, e\.g\. '\{ak\}:'"
+    ):
+        RedisSessionStore(redis_cluster_url, prefix="ak:")
+    with pytest.raises(AKConfigError, match=r"response_store\.redis: .*'ak:responses:'"):
+        RedisResponseStore(redis_cluster_url, prefix="{ak}:", upstream_prefix="ak:responses:")
+    RedisResponseStore(redis_cluster_url, prefix="{ak}:", upstream_prefix="{ak}:responses:")
