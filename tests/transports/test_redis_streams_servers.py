@@ -13,9 +13,11 @@ from __future__ import annotations
 
 import pytest
 
+from agentkernel.core.errors import AKConfigError
 from agentkernel.core.redis_client import is_cluster
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
+from agentkernel.pipeline.transport.redis.transport import require_version
 from tests.transports import test_redis_streams as on_redis7
 from tests.transports.test_redis_streams import (
     fetch_all,
@@ -71,3 +73,14 @@ def test_a_cluster_url_builds_a_cluster_client_serving_each_queue_from_its_slot(
     finally:
         transport.close()
         on_redis7.drop_keys(redis_cluster_url, transport.settings.prefix)
+
+
+@pytest.mark.parametrize("version", ["6.0.16", "5.0.14", "4.0.0"])
+def test_a_server_older_than_6_2_is_refused_naming_the_version_needed(version: str) -> None:
+    with pytest.raises(AKConfigError, match=rf"Redis {version}; .* needs Redis 6\.2 or later"):
+        require_version(version)
+
+
+@pytest.mark.parametrize("version", ["6.2.0", "6.2.14", "7.2.4", "10.0.1", ""])
+def test_6_2_and_later_are_accepted(version: str) -> None:
+    require_version(version)  # "" (no version reported): the first fetch says what is missing
