@@ -12,8 +12,10 @@ import pytest
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from tests.stores import test_quota_ledgers as ledgers
 from tests.stores import test_response_stores as responses
 from tests.stores import test_session_stores as sessions
+from tests.turn_control import test_signals_redis as signals
 
 pytestmark = pytest.mark.redis
 
@@ -62,3 +64,19 @@ def test_a_store_on_a_cluster_needs_a_hash_tagged_prefix(redis_cluster_url: str)
     with pytest.raises(AKConfigError, match=r"response_store\.redis: .*'ak:responses:'"):
         RedisResponseStore(redis_cluster_url, prefix="{ak}:", upstream_prefix="ak:responses:")
     RedisResponseStore(redis_cluster_url, prefix="{ak}:", upstream_prefix="{ak}:responses:")
+
+
+# What the stores hand out on the same client and prefix, so in the same slot: the quota
+# ledger and the turn signals. Their commands are old ones; the cluster is what could break them.
+
+
+class TestRedisClusterLedger(ledgers.TestRedisLedger):
+    @pytest.fixture
+    def redis_url(self, redis_cluster_url: str) -> str:
+        return redis_cluster_url
+
+
+class TestRedisClusterTurnSignals(signals.TestRedisTurnSignals):
+    @pytest.fixture
+    def redis_url(self, redis_cluster_url: str) -> str:
+        return redis_cluster_url
