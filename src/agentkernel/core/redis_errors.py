@@ -1,9 +1,11 @@
 """The one classification of redis-py exceptions, for every backend that talks to Redis.
 
-A lost or refused connection, or a timeout, means Redis cannot serve the call right now: worth
-retrying, and so does a Redis that refuses writes because it is full (``OOM``: ``maxmemory``
-with ``noeviction``; the stores raise :class:`~agentkernel.core.errors.StoreFullError` for it).
-Any other redis-py error is a failure of the call itself. Each backend says which of
+A lost or refused connection, a timeout, or a Redis Cluster slot without a primary
+(``CLUSTERDOWN``, ``TRYAGAIN``) means Redis cannot serve the call right now: worth retrying, and
+so does a Redis that refuses writes because it is full (``OOM``: ``maxmemory`` with
+``noeviction``; the stores raise :class:`~agentkernel.core.errors.StoreFullError` for it). Any
+other redis-py error (the cluster client's own ``RedisClusterException`` included) is a failure
+of the call itself. Each backend says which of
 its own error classes those two outcomes become (a response store raises
 :class:`~agentkernel.core.errors.StoreUnavailableError` / ``ResponseStoreError``, a session store
 ``SessionStoreUnavailableError`` / ``SessionStoreError``, the Kafka bookkeeping
@@ -74,19 +76,29 @@ def redis_errors(
             ``TypeError``) into ``failed``.
     """
     import redis
+    from redis.exceptions import RedisClusterException
 
+    outage: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except outage + _cluster_unavailable() as exc:
         raise unavailable(f"Redis {operation} failed: {exc}") from exc
     except redis.exceptions.OutOfMemoryError as exc:
         raise (full or unavailable)(
             f"Redis {operation} refused: the server is full (maxmemory reached) and evicts "
             f"nothing; make room or raise maxmemory: {exc}"
         ) from exc
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         raise failed(f"Redis {operation} failed: {exc}") from exc
     except (ValueError, KeyError, TypeError) as exc:
         if not unreadable:
             raise
         raise failed(f"Redis {operation}: unreadable record: {exc!r}") from exc
+
+
+def _cluster_unavailable() -> tuple[type[Exception], ...]:
+    """A Redis Cluster's ways of saying a slot has no primary right now (a failover under way,
+    a node gone): an outage, worth retrying, like a refused connection."""
+    from redis import exceptions
+
+    return (exceptions.ClusterDownError, exceptions.TryAgainError, exceptions.SlotNotCoveredError)
