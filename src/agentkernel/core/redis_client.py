@@ -21,11 +21,6 @@ if TYPE_CHECKING:
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
 
 
-def is_cluster_url(url: str) -> bool:
-    """Whether ``url`` names a Redis Cluster (``redis+cluster://`` or ``rediss+cluster://``)."""
-    return url.partition("://")[0].lower() in CLUSTER_SCHEMES
-
-
 def redis_client(url: str, **options: Any) -> redis.Redis:
     """A redis-py client for ``url``; ``options`` are keyword arguments of ``from_url``.
 
