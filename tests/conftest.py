@@ -113,11 +113,19 @@ def valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
 
 
 @pytest.fixture(scope="session")
-def redis_cluster_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """A private three-primary Redis Cluster, as a ``redis+cluster://`` URL."""
+def redis_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[redis_servers.PrivateCluster]:
+    """A private three-primary Redis Cluster."""
     try:
         cluster = redis_servers.PrivateCluster(tmp_path_factory.mktemp("cluster"))
     except RuntimeError as exc:
         servers.unavailable(str(exc))
-    yield cluster.url
+    yield cluster
     cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster: redis_servers.PrivateCluster) -> str:
+    """The private Redis Cluster's ``redis+cluster://`` URL."""
+    return redis_cluster.url

@@ -23,6 +23,7 @@ import shutil
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.servers import free_port
 
@@ -150,6 +151,42 @@ class PrivateCluster:
             return bool(client.cluster("INFO").get("cluster_state") == "ok")
         finally:
             client.close()
+
+    def move_slot(self, slot: int) -> int:
+        """Move ``slot``, keys and all, to the next node, as a resharding does; its new port.
+
+        The steps of ``redis-cli --cluster reshard`` for one slot: the target imports, the
+        source migrates, the keys go over with ``MIGRATE``, then every node learns the owner.
+        """
+        import redis
+
+        clients = [redis.Redis(port=node.port, socket_timeout=5) for node in self.nodes]
+        try:
+            ids = [c.execute_command("CLUSTER", "MYID") for c in clients]
+            src = next(i for i, c in enumerate(clients) if self._owns(c, slot))
+            dst = (src + 1) % len(clients)
+            clients[dst].execute_command("CLUSTER", "SETSLOT", slot, "IMPORTING", ids[src])
+            clients[src].execute_command("CLUSTER", "SETSLOT", slot, "MIGRATING", ids[dst])
+            while keys := clients[src].execute_command("CLUSTER", "GETKEYSINSLOT", slot, 100):
+                port = self.nodes[dst].port
+                clients[src].execute_command(
+                    "MIGRATE", "127.0.0.1", port, "", 0, 5000, "KEYS", *keys
+                )
+            for client in clients:
+                client.execute_command("CLUSTER", "SETSLOT", slot, "NODE", ids[dst])
+            return self.nodes[dst].port
+        finally:
+            for client in clients:
+                client.close()
+
+    @staticmethod
+    def _owns(client: Any, slot: int) -> bool:
+        """Whether the node ``client`` talks to serves ``slot`` (by its own account)."""
+        myid = client.execute_command("CLUSTER", "MYID")
+        for start, end, primary, *_ in client.execute_command("CLUSTER", "SLOTS"):
+            if start <= slot <= end:
+                return bool(primary[2] == myid)
+        return False
 
     def stop(self) -> None:
         for node in self.nodes:

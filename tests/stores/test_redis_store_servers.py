@@ -9,11 +9,17 @@ since Redis 2.6, and the machine's Redis runs them; that keeps the compatibility
 
 from __future__ import annotations
 
+import uuid
+
 import pytest
+from redis.crc import key_slot
 
 from agentkernel.core.errors import AKConfigError
+from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
+from agentkernel.pipeline.session_store.base import SessionRecord
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from tests.redis_servers import PrivateCluster
 from tests.stores import test_quota_ledgers as ledgers
 from tests.stores import test_response_stores as responses
 from tests.stores import test_session_stores as sessions
@@ -95,3 +101,21 @@ class TestRedisClusterTurnSignals(signals.TestRedisTurnSignals):
     @pytest.fixture
     def redis_url(self, redis_cluster_url: str) -> str:
         return redis_cluster_url
+
+
+def test_the_stores_follow_their_slot_moved_to_another_node(
+    redis_cluster: PrivateCluster,
+) -> None:
+    """Their pipelines run on the node of their slot (a cluster pipeline takes neither INFO,
+    PUBLISH nor MGET); after a resharding moved it they ask the cluster again."""
+    prefix = f"{{m:{uuid.uuid4().hex}}}:"
+    responses_store = RedisResponseStore(redis_cluster.url, prefix=prefix)
+    sessions_store = RedisSessionStore(redis_cluster.url, prefix=prefix)
+    sessions_store.write("s", SessionRecord(version=1, state={"n": 1}), expected_version=0)
+    redis_cluster.move_slot(key_slot(prefix.encode()))
+    record = ResponseRecord("r1", "s", 200, {"ok": True})
+    responses_store.put(record)  # a transaction on the old node: MOVED, then on the new one
+    assert responses_store.read_stream("r1") == (record, [])
+    responses_store.ping()  # the guard's INFO and GET, on the node of the slot
+    sessions_store.ping()
+    assert sessions_store.read("s").state == {"n": 1}

@@ -11,6 +11,8 @@ near 25 s each.
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
 from agentkernel.core.errors import AKConfigError
@@ -18,6 +20,7 @@ from agentkernel.core.redis_client import is_cluster
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.redis.transport import require_version
+from tests.redis_servers import PrivateCluster
 from tests.transports import test_redis_streams as on_redis7
 from tests.transports.test_redis_streams import (
     fetch_all,
@@ -84,3 +87,34 @@ def test_a_server_older_than_6_2_is_refused_naming_the_version_needed(version: s
 @pytest.mark.parametrize("version", ["6.2.0", "6.2.14", "7.2.4", "10.0.1", ""])
 def test_6_2_and_later_are_accepted(version: str) -> None:
     require_version(version)  # "" (no version reported): the first fetch says what is missing
+
+
+def test_acks_and_fetches_follow_a_queue_moved_to_another_node(
+    redis_cluster: PrivateCluster,
+) -> None:
+    """A resharding moves the queue's slot while a message is held: its ack goes out on the
+    acks' connection to the old node, is refused there (MOVED) and runs through the cluster
+    client; had it been lost, the session's next message could not come before the lease."""
+    transport = RedisStreamsTransport(settings(redis_cluster.url, ack_wait=3.0))
+    try:
+        for body in ("one", "two", "three"):
+            transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="s"))
+        consumer = transport.create_consumer(QueueName.INPUT)
+        (one,) = fetch_all(consumer, 1)
+        ready = transport.queues[QueueName.INPUT].ready
+        moved_to = redis_cluster.move_slot(transport.client.keyslot(ready))  # type: ignore[attr-defined]
+        started = time.monotonic()
+        consumer.ack(one)
+        (two,) = fetch_all(consumer, 1)
+        assert (two.body, two.receive_count) == ("two", 1)
+        assert time.monotonic() - started < 2.5  # not after the 3 s lease
+        consumer.ack(two)  # on a connection to the slot's new node
+        (three,) = fetch_all(consumer, 1)
+        assert (three.body, three.receive_count) == ("three", 1)
+        consumer.ack(three)
+        assert consumer.fetch(1, 3.5) == []  # no ack was lost: nothing comes back
+        assert transport.client.get_node_from_key(ready).port == moved_to  # type: ignore[attr-defined]
+        consumer.close()
+    finally:
+        transport.close()
+        on_redis7.drop_keys(redis_cluster.url, transport.settings.prefix)

@@ -5,17 +5,20 @@ Redis Cluster; the client (``redis.cluster.RedisCluster``) discovers the others 
 command to the node serving its key's slot. Any other URL is one server (``redis.Redis``).
 Both are typed as ``redis.Redis``: the backends call the same command methods on either, and
 the few things a cluster does differently (a pipeline of commands without keys, a connection of
-one's own) go through :func:`node_for`.
+one's own) go through :func:`node_for` and :func:`on_node`.
 
 redis-py is imported when a client is built, so this module imports without the extra.
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, cast
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, TypeVar, cast
 
 if TYPE_CHECKING:
     import redis
+
+T = TypeVar("T")
 
 #: The URL schemes of a Redis Cluster, and the scheme redis-py takes for each.
 CLUSTER_SCHEMES = {"redis+cluster": "redis", "rediss+cluster": "rediss"}
@@ -64,6 +67,23 @@ def node_for(client: redis.Redis, key: str | bytes) -> redis.Redis:
     cluster: Any = client
     node = cluster.get_node_from_key(key)
     return cast("redis.Redis", cluster.get_redis_connection(node))
+
+
+def on_node(client: redis.Redis, key: str | bytes, call: Callable[[redis.Redis], T]) -> T:
+    """``call(node)`` with the client of the node serving ``key`` (see :func:`node_for`); on a
+    cluster whose slot moved since the client last looked (``MOVED``, ``ASK``: a resharding,
+    a failover), once more after the client has read the cluster's slots again.
+    """
+    from redis.exceptions import AskError  # MovedError is a subclass
+
+    try:
+        return call(node_for(client, key))
+    except AskError:
+        if not is_cluster(client):
+            raise
+        cluster: Any = client
+        cluster.nodes_manager.initialize()
+        return call(node_for(client, key))
 
 
 def hash_tag(prefix: str) -> str | None:

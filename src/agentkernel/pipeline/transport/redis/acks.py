@@ -11,7 +11,8 @@ goes out on the closed connection) may have lost them, so they are sent again on
 waited for. That is safe: an ack names the delivery it settles, and does nothing once it has run.
 Only an ack that fails again is logged and left to come back after its lease. On a Redis Cluster
 the connection is one to the node serving the queue's slot; an ack refused there because the
-slot moved is sent again through the cluster client, which follows it.
+slot moved is sent again through the cluster client, which follows it, and the acks after it go
+to the slot's new node.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -42,14 +44,17 @@ class PipelinedAcks:
     """The acks of one consumer; thread-safe.
 
     Args:
-        client: the single-server client of the queue's node (its pool lends the connection;
-            on a cluster, the node serving the queue's slot).
+        node: returns the single-server client of the queue's node, whose pool lends the
+            connection (on a cluster, the node serving the queue's slot; asked again when an
+            ack was refused there because the slot moved).
         script: the ACK script (its ``sha``; called directly to load it again after a
             ``NOSCRIPT``, e.g. from a restarted Redis).
     """
 
-    def __init__(self, client: redis.Redis, script: Any) -> None:
-        self._pool = client.connection_pool
+    def __init__(self, node: Callable[[], redis.Redis], script: Any) -> None:
+        self._node = node
+        self._pool = node().connection_pool
+        self._moved = False  # a reply said the slot moved: take the new node's pool when idle
         self._script = script
         self._conn: Any = None
         self._sent: deque[tuple[list[Any], list[Any], str]] = deque()
@@ -96,9 +101,10 @@ class PipelinedAcks:
             keys, args, what = self._sent[0]
             try:
                 self._conn.read_response()
-            except _SEND_AGAIN:
+            except _SEND_AGAIN as exc:
                 self._sent.popleft()
                 self._again(keys, args, what)
+                self._moved |= isinstance(exc, redis.exceptions.AskError)
             except redis.ResponseError as exc:
                 self._sent.popleft()
                 logger.warning("%s failed: %s; it comes again after its lease", what, exc)
@@ -106,6 +112,15 @@ class PipelinedAcks:
                 self._lost(what, exc)
             else:
                 self._sent.popleft()
+        if self._moved and not self._sent:  # every reply from the old node is read
+            self._repoint()
+
+    def _repoint(self) -> None:
+        """Leave the node the slot moved from: the next ack connects to its new node."""
+        conn, self._conn, self._moved = self._conn, None, False
+        if conn is not None:
+            self._pool.release(conn)
+        self._pool = self._node().connection_pool
 
     def _readable(self) -> bool:
         try:

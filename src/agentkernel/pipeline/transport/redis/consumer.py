@@ -53,7 +53,7 @@ class RedisStreamsConsumer(TransportConsumer):
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._cursor = b"0-0"
         self._closed = threading.Event()
-        self._acks = PipelinedAcks(node_for(self._client, keys.ready), self._scripts["ACK"])
+        self._acks = PipelinedAcks(lambda: node_for(self._client, keys.ready), self._scripts["ACK"])
         #: Nacks Redis could not be reached for: (message, idle ms, what, give up at monotonic).
         self._unsent_nacks: list[tuple[QueueMessage, int, str, float]] = []
         self._nacks_lock = threading.Lock()
