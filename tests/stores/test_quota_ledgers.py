@@ -12,10 +12,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import boto3
 import pytest
-import redis
 
 from agentkernel.core.config import LimitsConfig
 from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
+from agentkernel.core.redis_client import redis_client
 from agentkernel.pipeline.quota import Quota, QuotaLedger
 from agentkernel.pipeline.quota.dynamodb import BUCKETS, DynamoDBQuotaLedger
 from agentkernel.pipeline.quota.front import IdentityQuota
@@ -63,7 +63,8 @@ class SharedLedgerCases:
 class TestRedisLedger(QuotaLedgerContract, SharedLedgerCases):
     @pytest.fixture(autouse=True)
     def _server(self, redis_url: str) -> None:
-        self.url, self.prefix = redis_url, f"tq:{uuid.uuid4().hex}:"
+        # a hash-tagged prefix and any client, so the suite also runs on a cluster
+        self.url, self.prefix = redis_url, f"{{tq:{uuid.uuid4().hex}}}:"
 
     def make_ledgers(self, ttl: float) -> tuple[QuotaLedger, QuotaLedger]:
         return tuple(  # type: ignore[return-value]
@@ -75,8 +76,8 @@ class TestRedisLedger(QuotaLedgerContract, SharedLedgerCases):
         return self.make_ledgers(ttl)[0]
 
     def forget(self, ledger: QuotaLedger, owner: str) -> None:
-        client = redis.Redis.from_url(self.url)
-        client.delete(*client.keys(f"{self.prefix}quota:{owner}:*"))
+        client = redis_client(self.url)
+        client.delete(*client.scan_iter(match=f"{self.prefix}quota:{owner}:*"))
 
 
 @pytest.mark.aws

@@ -60,7 +60,8 @@ class TestRedisSessions(SessionStoreContract):
         self.url = redis_url
 
     def make_store(self, ttl: float = 60) -> SessionStore:
-        return RedisSessionStore(self.url, prefix=f"t:{uuid.uuid4().hex}:", ttl=ttl)
+        # a hash-tagged prefix, as a cluster needs (tests/stores/test_redis_store_servers.py)
+        return RedisSessionStore(self.url, prefix=f"{{t:{uuid.uuid4().hex}}}:", ttl=ttl)
 
 
 @pytest.mark.aws

@@ -10,10 +10,10 @@ import uuid
 from collections.abc import Callable, Iterator
 
 import pytest
-import redis
 
 from agentkernel.core.config import RedisQueueConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
+from agentkernel.core.redis_client import redis_client
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import (
@@ -40,7 +40,7 @@ def settings(url: str, **overrides: object) -> RedisQueueConfig:
 
 
 def drop_keys(url: str, prefix: str) -> None:
-    client = redis.Redis.from_url(url)
+    client = redis_client(url)  # on a cluster: every primary's keys
     for pattern in (f"{{{prefix}*", f"{prefix}*"):
         keys = list(client.scan_iter(match=pattern, count=1000))
         if keys:

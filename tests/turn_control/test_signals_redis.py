@@ -9,6 +9,7 @@ import pytest
 import redis
 
 from agentkernel.core.errors import SessionStoreUnavailableError
+from agentkernel.core.redis_client import redis_client
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.turn_control import Stop, StopKind, TurnSignals
 from agentkernel.pipeline.turn_control.signals_redis import RedisTurnSignals
@@ -20,8 +21,9 @@ pytestmark = pytest.mark.redis
 class TestRedisTurnSignals(TurnSignalsContract):
     @pytest.fixture(autouse=True)
     def _server(self, redis_url: str) -> Iterator[None]:
-        self.url, self.prefix = redis_url, f"t:{uuid.uuid4().hex}:"
-        self.client = redis.Redis.from_url(redis_url)
+        # a hash-tagged prefix and any client, so the suite also runs on a cluster
+        self.url, self.prefix = redis_url, f"{{t:{uuid.uuid4().hex}}}:"
+        self.client = redis_client(redis_url)
         yield
         for key in self.client.scan_iter(match=f"{self.prefix}*"):
             self.client.delete(key)

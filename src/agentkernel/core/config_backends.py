@@ -198,11 +198,16 @@ class KafkaQueueConfig(Block):
 class RedisQueueConfig(Block):
     """Redis Streams transport: one FIFO stream per session, dispatched through a consumer group."""
 
-    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL (redis:// or rediss://).")
+    url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis URL: redis:// or rediss:// (TLS) for one server; redis+cluster:// or "
+        "rediss+cluster:// for a Redis Cluster, naming any one node (the others are "
+        "discovered; that node must answer at start-up).",
+    )
     prefix: str = Field(
         "ak:q:",
         description="Prefix of every key; a queue's keys share the hash tag '{<prefix>input}' "
-        "(or 'output'), so each queue lives in one Redis Cluster slot.",
+        "(or 'output'), so on a Redis Cluster each queue lives in one slot, served by one node.",
     )
     group: str = Field("agentkernel", description="Consumer group of both queues' ready streams.")
     ack_wait: float = Field(
@@ -248,8 +253,8 @@ class RedisQueueConfig(Block):
     )
     client_config: dict[str, Any] = Field(
         default_factory=dict,
-        description="Extra keyword arguments for redis.Redis.from_url (e.g. max_connections, "
-        "ssl_ca_certs); protocol is always 2.",
+        description="Extra keyword arguments for redis.Redis.from_url (RedisCluster.from_url "
+        "with a cluster URL), e.g. max_connections, ssl_ca_certs; protocol is always 2.",
     )
 
 
@@ -374,8 +379,18 @@ class QueuesConfig(Block):
 class RedisStoreConfig(Block):
     """A Redis server used as a response or session store."""
 
-    url: str = Field("redis://127.0.0.1:6379/0", description="Redis URL.")
-    prefix: str = Field("ak:", description="Prefix of every key written.")
+    url: str = Field(
+        "redis://127.0.0.1:6379/0",
+        description="Redis URL: redis:// or rediss:// for one server; redis+cluster:// or "
+        "rediss+cluster:// for a Redis Cluster, naming any one node (then the prefix needs a "
+        "hash tag).",
+    )
+    prefix: str = Field(
+        "ak:",
+        description="Prefix of every key written. On a Redis Cluster it must carry a hash tag "
+        "(e.g. '{ak}:'): the store's scripts touch several keys at once, so all of them live in "
+        "the tag's slot, on one node.",
+    )
     allow_eviction: bool = Field(
         False,
         description="Start even though the server's maxmemory-policy may evict keys (anything "

@@ -1,9 +1,11 @@
 """The one classification of redis-py exceptions, for every backend that talks to Redis.
 
-A lost or refused connection, or a timeout, means Redis cannot serve the call right now: worth
-retrying, and so does a Redis that refuses writes because it is full (``OOM``: ``maxmemory``
-with ``noeviction``; the stores raise :class:`~agentkernel.core.errors.StoreFullError` for it).
-Any other redis-py error is a failure of the call itself. Each backend says which of
+A lost or refused connection, a timeout, or a Redis Cluster slot without a primary
+(``CLUSTERDOWN``, ``TRYAGAIN``) means Redis cannot serve the call right now: worth retrying, and
+so does a Redis that refuses writes because it is full (``OOM``: ``maxmemory`` with
+``noeviction``; the stores raise :class:`~agentkernel.core.errors.StoreFullError` for it). Any
+other redis-py error (the cluster client's own ``RedisClusterException`` included) is a failure
+of the call itself. Each backend says which of
 its own error classes those two outcomes become (a response store raises
 :class:`~agentkernel.core.errors.StoreUnavailableError` / ``ResponseStoreError``, a session store
 ``SessionStoreUnavailableError`` / ``SessionStoreError``, the Kafka bookkeeping
@@ -26,6 +28,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING
 
 from agentkernel.core.errors import AgentKernelError, AKConfigError
+from agentkernel.core.redis_client import redis_client
 
 if TYPE_CHECKING:
     import redis
@@ -35,18 +38,22 @@ SOCKET_TIMEOUT_SECONDS = 5.0
 
 
 def connect(url: str, key: str) -> redis.Redis:
-    """A redis-py client for ``url`` (it connects on first use).
+    """A redis-py client for ``url`` (:func:`~agentkernel.core.redis_client.redis_client`:
+    ``redis+cluster://`` names a Redis Cluster); a single server is connected on first use.
 
     Raises:
-        AKConfigError: the URL is malformed; the message names the config ``key``.
+        AKConfigError: the URL is malformed, or no node of a cluster answered; the message
+            names the config ``key``.
     """
     import redis
 
+    timeout = SOCKET_TIMEOUT_SECONDS
     try:
-        timeout = SOCKET_TIMEOUT_SECONDS
-        return redis.Redis.from_url(url, socket_timeout=timeout, socket_connect_timeout=timeout)
+        return redis_client(url, socket_timeout=timeout, socket_connect_timeout=timeout)
     except ValueError as exc:  # the message names the scheme, never the password
         raise AKConfigError(f"{key}: {exc}") from exc
+    except redis.RedisError as exc:  # a cluster client found no node to ask for the slots
+        raise AKConfigError(f"{key}: no node of the Redis Cluster answered: {exc}") from exc
 
 
 @contextmanager
@@ -69,19 +76,29 @@ def redis_errors(
             ``TypeError``) into ``failed``.
     """
     import redis
+    from redis.exceptions import RedisClusterException
 
+    outage: tuple[type[Exception], ...] = (redis.ConnectionError, redis.TimeoutError)
     try:
         yield
-    except (redis.ConnectionError, redis.TimeoutError) as exc:
+    except outage + _cluster_unavailable() as exc:
         raise unavailable(f"Redis {operation} failed: {exc}") from exc
     except redis.exceptions.OutOfMemoryError as exc:
         raise (full or unavailable)(
             f"Redis {operation} refused: the server is full (maxmemory reached) and evicts "
             f"nothing; make room or raise maxmemory: {exc}"
         ) from exc
-    except redis.RedisError as exc:
+    except (redis.RedisError, RedisClusterException) as exc:
         raise failed(f"Redis {operation} failed: {exc}") from exc
     except (ValueError, KeyError, TypeError) as exc:
         if not unreadable:
             raise
         raise failed(f"Redis {operation}: unreadable record: {exc!r}") from exc
+
+
+def _cluster_unavailable() -> tuple[type[Exception], ...]:
+    """A Redis Cluster's ways of saying a slot has no primary right now (a failover under way,
+    a node gone): an outage, worth retrying, like a refused connection."""
+    from redis import exceptions
+
+    return (exceptions.ClusterDownError, exceptions.TryAgainError, exceptions.SlotNotCoveredError)

@@ -30,9 +30,10 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from agentkernel.core.errors import AKConfigError, StoreDataLostError
+from agentkernel.core.redis_client import node_for, on_node
 
 if TYPE_CHECKING:
     import redis
@@ -203,12 +204,17 @@ class RedisGuard:
     def _snapshot(self, full: bool) -> tuple[str | None, int, bytes | str | None]:
         """In one round trip: the eviction policy (``full`` only, else ``None``), the count of
         keys evicted since the server started, and the epoch."""
-        with self._redis.pipeline(transaction=False) as pipe:
-            pipe.info("stats")
-            pipe.get(self._epoch_key)
-            if full:
-                pipe.info("memory")
-            stats, epoch, *memory = pipe.execute()
+
+        def snapshot(node: redis.Redis) -> list[Any]:
+            with node.pipeline(transaction=False) as pipe:
+                pipe.info("stats")
+                pipe.get(self._epoch_key)
+                if full:
+                    pipe.info("memory")
+                return list(pipe.execute())
+
+        # On a cluster: the node of the store's slot, which answers INFO beside the GET.
+        stats, epoch, *memory = on_node(self._redis, self._epoch_key, snapshot)
         policy = str(memory[0].get("maxmemory_policy", "noeviction")) if memory else None
         return policy, int(stats.get("evicted_keys", 0)), epoch
 
@@ -216,10 +222,11 @@ class RedisGuard:
         """Whether the server persists its data (``None``: it does not say)."""
         import redis
 
-        if str(self._redis.info("persistence").get("aof_enabled", "0")) == "1":
+        node = node_for(self._redis, self._epoch_key)  # on a cluster: the store's node
+        if str(node.info("persistence").get("aof_enabled", "0")) == "1":
             return True
         try:
-            save = self._redis.config_get("save").get("save", "")
+            save = node.config_get("save").get("save", "")
         except redis.ResponseError:  # CONFIG is often disabled on managed Redis: cannot tell
             return None
         return bool(str(save).strip())

@@ -41,6 +41,7 @@ from agentkernel.core.errors import (
     StoreFullError,
     StoreUnavailableError,
 )
+from agentkernel.core.redis_client import on_node, require_one_slot
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
@@ -129,6 +130,8 @@ class RedisResponseStore(ResponseStore):
         self._upstream_prefix = upstream_prefix
         key = "execution.response_store.redis"
         self._redis = connect(url, f"{key}.url")
+        others = [] if upstream_prefix is None else [upstream_prefix]
+        require_one_slot(self._redis, key, prefix, *others)
         self._prefix = prefix
         self._waiters = WaiterRegistry()
         self._listener: threading.Thread | None = None
@@ -153,15 +156,20 @@ class RedisResponseStore(ResponseStore):
         return f"{self._prefix}turns:{session_key(session_id, owner)}"
 
     def put(self, record: ResponseRecord) -> None:
-        ttl_ms = int(self.ttl * 1000)
         with _errors(f"write of {record.request_id}"):
-            pipe = self._redis.pipeline()
-            pipe.set(self._key(record.request_id), record.to_json(), px=ttl_ms)
-            turns = self._turns_key(record.session_id, record.owner)
-            pipe.sadd(turns, record.request_id)
-            pipe.pexpire(turns, ttl_ms)
-            pipe.publish(f"{self._prefix}done:{record.request_id}", b"1")
-            pipe.execute()
+            on_node(self._redis, self._key(record.request_id), lambda node: self._put(node, record))
+
+    def _put(self, node: redis.Redis, record: ResponseRecord) -> None:
+        """One transaction on ``node``: on a cluster, the node serving the store's slot (a
+        cluster pipeline takes no PUBLISH)."""
+        ttl_ms = int(self.ttl * 1000)
+        pipe = node.pipeline()
+        pipe.set(self._key(record.request_id), record.to_json(), px=ttl_ms)
+        turns = self._turns_key(record.session_id, record.owner)
+        pipe.sadd(turns, record.request_id)
+        pipe.pexpire(turns, ttl_ms)
+        pipe.publish(f"{self._prefix}done:{record.request_id}", b"1")
+        pipe.execute()
 
     def get(self, request_id: str) -> ResponseRecord | None:
         with _errors(f"read of {request_id}"):
@@ -220,11 +228,17 @@ class RedisResponseStore(ResponseStore):
     def read_stream(
         self, request_id: str, after: int = -1
     ) -> tuple[ResponseRecord | None, list[dict[str, Any]]]:
-        """One round trip; the server runs the record's read before the chunks' (see base)."""
-        with _errors(f"read of {request_id}"), self._redis.pipeline(False) as pipe:
-            pipe.mget(self._record_keys(request_id))
-            pipe.lrange(self._chunks_key(request_id), after + 1, -1)
-            values, raw = pipe.execute()
+        """One round trip; the server runs the record's read before the chunks' (see base).
+        On a cluster, on the node serving the store's slot (a cluster pipeline takes no MGET)."""
+
+        def read(node: redis.Redis) -> list[Any]:
+            with node.pipeline(False) as pipe:
+                pipe.mget(self._record_keys(request_id))
+                pipe.lrange(self._chunks_key(request_id), after + 1, -1)
+                return list(pipe.execute())
+
+        with _errors(f"read of {request_id}"):
+            values, raw = on_node(self._redis, self._key(request_id), read)
             return self._record(request_id, values), [json.loads(item) for item in raw]
 
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:

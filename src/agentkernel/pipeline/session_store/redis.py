@@ -22,6 +22,7 @@ from agentkernel.core.errors import (
     StaleSessionError,
     StoreFullError,
 )
+from agentkernel.core.redis_client import require_one_slot
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
@@ -89,6 +90,7 @@ class RedisSessionStore(SessionStore):
         allow_eviction: bool = False,
     ) -> None:
         self._redis = connect(url, "session.redis.url")
+        require_one_slot(self._redis, "session.redis", prefix)
         self._prefix = prefix
         self._ttl_ms = int(ttl * 1000)
         self._cas = self._redis.register_script(_COMPARE_AND_SET)

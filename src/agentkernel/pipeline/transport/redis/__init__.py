@@ -29,10 +29,12 @@ rise across all sessions of a queue even when a session's stream is deleted (onc
 created again, and whatever entry ids another client wrote; the unit names the queue's
 incarnation, a random id stored beside the counter, new once the queue's keys are gone.
 
-Redis Cluster: every key of a queue carries the hash tag ``{<prefix><queue>}`` (see
-:mod:`.keys`), so each script touches one slot; one queue is served by one shard (tens of
-thousands of operations a second, far above turn rates), INPUT and OUTPUT land apart. The
-client is a single-node redis-py client; running on a cluster is not tested.
+Redis Cluster (a ``redis+cluster://`` URL): every key of a queue carries the hash tag
+``{<prefix><queue>}`` (see :mod:`.keys`), so each script touches one slot, even the session
+streams FETCH and RESOLVE find through tokens (built from the tag, so not passed in KEYS); one
+queue is served by one node (tens of thousands of operations a second, far above turn rates),
+INPUT and OUTPUT land apart. The contract suite runs on a cluster, on Redis 6.2 and on Valkey
+(tests/transports/test_redis_streams_servers.py); a server older than 6.2 is refused at start-up.
 
 Provisioning: the consumer groups are created by ``auto_provision`` (development) or by the
 operator; without them start-up fails naming the command.

@@ -9,7 +9,10 @@ sent have run. Acks of one batch then share a round trip, as in the NATS transpo
 A connection that breaks with acks unanswered (Redis restarted, say: the first ack after it
 goes out on the closed connection) may have lost them, so they are sent again on a fresh one and
 waited for. That is safe: an ack names the delivery it settles, and does nothing once it has run.
-Only an ack that fails again is logged and left to come back after its lease.
+Only an ack that fails again is logged and left to come back after its lease. On a Redis Cluster
+the connection is one to the node serving the queue's slot; an ack refused there because the
+slot moved is sent again through the cluster client, which follows it, and the acks after it go
+to the slot's new node.
 """
 
 from __future__ import annotations
@@ -17,6 +20,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections import deque
+from collections.abc import Callable
 from typing import Any
 
 import redis
@@ -25,18 +29,32 @@ from agentkernel.pipeline.transport.redis.errors import stream_errors
 
 logger = logging.getLogger(__name__)
 
+#: Replies that mean the ack did not run here and may run through the client: the script is not
+#: loaded (a restarted Redis), or the cluster's slot is elsewhere or busy (resharding, failover;
+#: the client follows the cluster, this connection does not).
+_SEND_AGAIN = (
+    redis.exceptions.NoScriptError,
+    redis.exceptions.AskError,  # and MovedError, a subclass
+    redis.exceptions.TryAgainError,
+    redis.exceptions.ClusterDownError,
+)
+
 
 class PipelinedAcks:
     """The acks of one consumer; thread-safe.
 
     Args:
-        client: the transport's redis-py client (its pool lends the connection).
+        node: returns the single-server client of the queue's node, whose pool lends the
+            connection (on a cluster, the node serving the queue's slot; asked again when an
+            ack was refused there because the slot moved).
         script: the ACK script (its ``sha``; called directly to load it again after a
             ``NOSCRIPT``, e.g. from a restarted Redis).
     """
 
-    def __init__(self, client: redis.Redis, script: Any) -> None:
-        self._pool = client.connection_pool
+    def __init__(self, node: Callable[[], redis.Redis], script: Any) -> None:
+        self._node = node
+        self._pool = node().connection_pool
+        self._moved = False  # a reply said the slot moved: take the new node's pool when idle
         self._script = script
         self._conn: Any = None
         self._sent: deque[tuple[list[Any], list[Any], str]] = deque()
@@ -83,9 +101,10 @@ class PipelinedAcks:
             keys, args, what = self._sent[0]
             try:
                 self._conn.read_response()
-            except redis.exceptions.NoScriptError:
+            except _SEND_AGAIN as exc:
                 self._sent.popleft()
                 self._again(keys, args, what)
+                self._moved |= isinstance(exc, redis.exceptions.AskError)
             except redis.ResponseError as exc:
                 self._sent.popleft()
                 logger.warning("%s failed: %s; it comes again after its lease", what, exc)
@@ -93,6 +112,15 @@ class PipelinedAcks:
                 self._lost(what, exc)
             else:
                 self._sent.popleft()
+        if self._moved and not self._sent:  # every reply from the old node is read
+            self._repoint()
+
+    def _repoint(self) -> None:
+        """Leave the node the slot moved from: the next ack connects to its new node."""
+        conn, self._conn, self._moved = self._conn, None, False
+        if conn is not None:
+            self._pool.release(conn)
+        self._pool = self._node().connection_pool
 
     def _readable(self) -> bool:
         try:

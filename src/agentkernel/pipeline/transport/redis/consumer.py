@@ -22,6 +22,7 @@ from typing import TYPE_CHECKING, Any
 import redis
 
 from agentkernel.core.errors import TransportClosedError, TransportError
+from agentkernel.core.redis_client import node_for
 from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.redis.acks import PipelinedAcks
@@ -52,7 +53,7 @@ class RedisStreamsConsumer(TransportConsumer):
         self.name = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self._cursor = b"0-0"
         self._closed = threading.Event()
-        self._acks = PipelinedAcks(self._client, self._scripts["ACK"])
+        self._acks = PipelinedAcks(lambda: node_for(self._client, keys.ready), self._scripts["ACK"])
         #: Nacks Redis could not be reached for: (message, idle ms, what, give up at monotonic).
         self._unsent_nacks: list[tuple[QueueMessage, int, str, float]] = []
         self._nacks_lock = threading.Lock()

@@ -15,7 +15,8 @@ from typing import Any
 import redis
 
 from agentkernel.core.config import QueuesConfig, RedisQueueConfig
-from agentkernel.core.errors import AKConfigError, MessageRejectedError
+from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
+from agentkernel.core.redis_client import node_for, redis_client
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.redis import scripts
@@ -29,6 +30,8 @@ logger = logging.getLogger(__name__)
 _KEY = "execution.queues.redis"
 #: Consumers that hold nothing and were not seen for this long (and ten leases) are removed.
 PRUNE_IDLE_SECONDS = 600.0
+#: The oldest Redis the scripts run on (XAUTOCLAIM and XGROUP CREATECONSUMER came in 6.2).
+MIN_VERSION = (6, 2)
 
 
 class RedisStreamsTransport(QueueTransport):
@@ -56,7 +59,7 @@ class RedisStreamsTransport(QueueTransport):
             for name in ("SEND", "FETCH", "RESOLVE", "ACK", "DEAD_LETTER", "SET_IDLE", "LEAVE")
         }
         self._prune: Callable[..., Any] = self.client.register_script(scripts.PRUNE)
-        self._check_eviction()
+        self._check_servers()
         for keys in self.queues.values():
             self._provision(keys)
 
@@ -65,12 +68,18 @@ class RedisStreamsTransport(QueueTransport):
         settings: RedisQueueConfig = require_block(block, "redis")
         return cls(settings)
 
-    def _check_eviction(self) -> None:
-        """Refuse a server that may evict keys: a lost token or session stream loses messages
-        without a trace (``allow_eviction`` turns the refusal into a warning)."""
-        with stream_errors("check of the server's eviction policy"):
-            policy = self.client.info("memory").get("maxmemory_policy", "noeviction")
-        if policy == "noeviction":
+    def _check_servers(self) -> None:
+        """Refuse a server older than Redis 6.2, which lacks commands the scripts use, and
+        one that may evict keys: a lost token or session stream loses messages without a
+        trace (``allow_eviction`` turns that refusal into a warning). On a cluster: each node
+        serving a queue."""
+        with stream_errors("check of the server's version and eviction policy"):
+            infos = [node_for(self.client, keys.ready).info() for keys in self.queues.values()]
+        for info in infos:
+            require_version(str(info.get("redis_version", "")))
+        policies = {str(info.get("maxmemory_policy", "noeviction")) for info in infos}
+        policy = ", ".join(sorted(policies - {"noeviction"}))
+        if not policy:
             return
         text = f"the Redis maxmemory-policy is {policy}: it may evict queued messages"
         if not self.settings.allow_eviction:
@@ -166,6 +175,20 @@ class RedisStreamsTransport(QueueTransport):
         self.client.close()
 
 
+def require_version(version: str) -> None:
+    """Refuse a server reporting ``redis_version`` below 6.2 (Valkey reports 7.2.4).
+
+    Raises:
+        AKConfigError: the version is older, naming what is missing and what is needed.
+    """
+    numbers = [int(part) for part in version.split(".")[:2] if part.isdigit()]
+    if len(numbers) == 2 and tuple(numbers) < MIN_VERSION:
+        raise AKConfigError(
+            f"{_KEY}: the server is Redis {version}; the redis transport needs Redis "
+            "6.2 or later (XAUTOCLAIM, XGROUP CREATECONSUMER), or Valkey"
+        )
+
+
 def _client(settings: RedisQueueConfig) -> redis.Redis:
     options: dict[str, Any] = {
         "socket_timeout": settings.socket_timeout,
@@ -174,6 +197,8 @@ def _client(settings: RedisQueueConfig) -> redis.Redis:
         "protocol": 2,  # the replies of scripts and stream reads are read in RESP2 shapes
     }
     try:
-        return redis.Redis.from_url(settings.url, **options)
+        return redis_client(settings.url, **options)
     except (ValueError, TypeError) as exc:  # the message names the scheme, never the password
         raise AKConfigError(f"{_KEY}: {exc}") from exc
+    except redis.RedisError as exc:  # a cluster client found no node to ask for the slots
+        raise TransportError(f"{_KEY}: no node of the Redis Cluster answered: {exc}") from exc
