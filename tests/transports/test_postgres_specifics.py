@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import threading
 import time
 import uuid
 
@@ -139,3 +140,29 @@ def test_an_outage_fails_calls_in_seconds_and_the_queue_recovers(
         cut.stop()
         consumer.close()
         transport.close()
+
+
+def test_a_waiting_fetch_wakes_as_soon_as_a_message_is_sent(
+    queue_schema: tuple[str, str],
+) -> None:
+    """The listener hands each notification on as it arrives, not once per listening tick (it
+    once collected a whole tick's notifications first: a waiting fetch woke up to 0.5 s late)."""
+    transport = PostgresTransport(queue_config(*queue_schema))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    got: list[float] = []
+    try:
+        consumer.fetch(1, 0.3)  # the listener is up
+        for i in range(5):
+            sent = threading.Timer(
+                0.2 + 0.07 * i, transport.send, [QueueName.INPUT, QueueMessage(body=str(i))]
+            )
+            sent.start()
+            started = time.monotonic()
+            message = consumer.fetch(1, 5.0)[0]
+            got.append(time.monotonic() - started - (0.2 + 0.07 * i))
+            consumer.ack(message)
+            sent.join()
+    finally:
+        consumer.close()
+        transport.close()
+    assert max(got) < 0.15, got
