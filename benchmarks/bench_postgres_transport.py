@@ -53,7 +53,6 @@ WHERE id IN (SELECT id FROM {t} WHERE visible_at <= now() ORDER BY id LIMIT 10
 RETURNING id, body"""
 
 
-
 @dataclass
 class Side:
     """One side of the comparison: publish n, fetch and ack n, and its queue table."""
@@ -139,12 +138,9 @@ def run(dsn: str, n: int, rounds: int) -> list[tuple[tuple[float, float], tuple[
             for side in (raw, ours):
                 conn.execute(f"ANALYZE {side.table}")  # type: ignore[arg-type]
         for i in range(rounds):
-            if i % 2 == 0:
-                got = one_round([raw, ours], n)
-            else:
-                got = one_round([ours, raw], n)[::-1]
+            got = one_round([raw, ours], n) if i % 2 == 0 else one_round([ours, raw], n)[::-1]
             results.append((got[0], got[1]))
-            print(f"round {i + 1}: raw {got[0][1]:.0f}, ours {got[1][1]:.0f} msg/s", file=sys.stderr)
+            print(f"round {i + 1}: raw {got[0][1]:.0f}, ours {got[1][1]:.0f}", file=sys.stderr)
     return results
 
 
@@ -171,7 +167,7 @@ def report(
     print(f"| ratio (median of the rounds) | {med(ratios[0]):.2f} | {med(ratios[1]):.2f} |")
     print(f"| ratio quartiles (range) | {spread(ratios[0])} | {spread(ratios[1])} |")
     raws = [r[0][1] for r in rounds]
-    print(f"raw fetch+ack moved between {min(raws):,.0f} and {max(raws):,.0f} msg/s over the rounds")
+    print(f"raw fetch+ack moved between {min(raws):,.0f} and {max(raws):,.0f} msg/s")
 
 
 def main() -> None:
