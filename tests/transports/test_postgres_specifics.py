@@ -166,3 +166,34 @@ def test_a_waiting_fetch_wakes_as_soon_as_a_message_is_sent(
         consumer.close()
         transport.close()
     assert max(got) < 0.15, got
+
+
+def test_one_notification_wakes_one_waiting_consumer(queue_schema: tuple[str, str]) -> None:
+    """A send wakes one of the process's waiting fetches, not every one of them (each woken
+    fetch claims, and all but one came back empty); the others wait out their slice."""
+    dsn, schema = queue_schema
+    transport = PostgresTransport(queue_config(dsn, schema))
+    channel = transport.channel(QueueName.INPUT)
+    woke: list[float] = []
+    try:
+        seen = transport.wakeups.generation(channel)
+        time.sleep(0.3)  # the listener is up
+        seen = transport.wakeups.generation(channel)
+        started = time.monotonic()
+
+        def wait() -> None:
+            transport.wakeups.wait(channel, seen, 2.0)
+            woke.append(time.monotonic() - started)
+
+        waiters = [threading.Thread(target=wait) for _ in range(4)]
+        for waiter in waiters:
+            waiter.start()
+        time.sleep(0.2)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            conn.execute("SELECT pg_notify(%s, '')", [channel])
+        for waiter in waiters:
+            waiter.join(5.0)
+    finally:
+        transport.close()
+    assert sum(1 for t in woke if t < 1.0) == 1, woke
+    assert len(woke) == 4
