@@ -197,3 +197,23 @@ def test_one_notification_wakes_one_waiting_consumer(queue_schema: tuple[str, st
         transport.close()
     assert sum(1 for t in woke if t < 1.0) == 1, woke
     assert len(woke) == 4
+
+
+def test_a_waiting_fetch_takes_a_delayed_message_when_its_delay_ends(
+    queue_schema: tuple[str, str],
+) -> None:
+    """Nothing notifies when a delay (or a lease) runs out: an empty claim also says when the
+    next message may become fetchable, and the fetch sleeps until then, not its whole wait."""
+    transport = PostgresTransport(queue_config(*queue_schema))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    try:
+        transport.send(QueueName.INPUT, QueueMessage(body="later", group_id="g"))
+        consumer.nack_later(consumer.fetch(1, 5.0)[0], 0.6)
+        started = time.monotonic()
+        again = consumer.fetch(1, 4.0)
+        took = time.monotonic() - started
+        assert [m.body for m in again] == ["later"]
+        assert 0.5 < took < 1.5, took
+    finally:
+        consumer.close()
+        transport.close()

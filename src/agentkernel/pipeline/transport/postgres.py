@@ -181,10 +181,10 @@ class PostgresConsumer(TransportConsumer):
         args = {"queue": self._name, "n": n, "token": token, "lease": self.lease_seconds}
         with pooled(self._t.pool, _errors(f"fetch from {self._name}")) as conn:
             rows = conn.execute(self._t.sql(q.CLAIM), args).fetchall()
-            if rows:
-                return [self._message(row, token) for row in sorted(rows, key=_id)], None
-            row = conn.execute(self._t.sql(q.NEXT_VISIBLE), args).fetchone()
-        return [], None if row is None or row[0] is None else float(str(row[0]))
+        if rows and rows[0][0] is None:  # nothing leased: when the next lease or delay ends
+            ends = rows[0][-1]
+            return [], None if ends is None else float(str(ends))
+        return [self._message(row[:-1], token) for row in sorted(rows, key=_id)], None
 
     def _message(self, row: tuple[Any, ...], token: str) -> QueueMessage:
         row_id, group, body, raw, count = row
