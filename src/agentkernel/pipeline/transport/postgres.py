@@ -292,10 +292,8 @@ class _Wakeups:
                     logger.warning("%s: queue listener is back", KEY)
                 self._failing = False
                 while not self._stopping.is_set():
-                    # stop_after=1: back with the first packet's notifications, so a waiting
-                    # fetch wakes at once rather than at the end of the tick.
-                    notes = conn.notifies(timeout=LISTEN_TICK, stop_after=1)
-                    self._bump([n.channel for n in notes])
+                    for note in conn.notifies(timeout=LISTEN_TICK):  # each as it arrives
+                        self._bump([note.channel])
         except psycopg.Error as exc:  # fetches still wake when their wait ends; retried then
             if not self._failing:
                 logger.warning("%s: queue listener stopped: %s", KEY, exc)
