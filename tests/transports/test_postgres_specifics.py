@@ -146,26 +146,27 @@ def test_a_waiting_fetch_wakes_as_soon_as_a_message_is_sent(
     queue_schema: tuple[str, str],
 ) -> None:
     """The listener hands each notification on as it arrives, not once per listening tick (it
-    once collected a whole tick's notifications first: a waiting fetch woke up to 0.5 s late)."""
+    once collected a whole tick's notifications first: a waiting fetch woke 0-0.5 s late, 0.25 s
+    on average, which the mean over 8 sends at staggered times shows whatever the load)."""
     transport = PostgresTransport(queue_config(*queue_schema))
     consumer = transport.create_consumer(QueueName.INPUT)
-    got: list[float] = []
+    late: list[float] = []
     try:
         consumer.fetch(1, 0.3)  # the listener is up
-        for i in range(5):
-            sent = threading.Timer(
-                0.2 + 0.07 * i, transport.send, [QueueName.INPUT, QueueMessage(body=str(i))]
-            )
+        for i in range(8):
+            delay = 0.2 + 0.06 * i
+            message = QueueMessage(body=str(i))
+            sent = threading.Timer(delay, transport.send, [QueueName.INPUT, message])
             sent.start()
             started = time.monotonic()
-            message = consumer.fetch(1, 5.0)[0]
-            got.append(time.monotonic() - started - (0.2 + 0.07 * i))
-            consumer.ack(message)
+            got = consumer.fetch(1, 5.0)
+            late.append(time.monotonic() - started - delay)
+            consumer.ack(got[0])
             sent.join()
     finally:
         consumer.close()
         transport.close()
-    assert max(got) < 0.15, got
+    assert sum(late) / len(late) < 0.12, late
 
 
 def test_one_notification_wakes_one_waiting_consumer(queue_schema: tuple[str, str]) -> None:
@@ -182,20 +183,20 @@ def test_one_notification_wakes_one_waiting_consumer(queue_schema: tuple[str, st
         started = time.monotonic()
 
         def wait() -> None:
-            transport.wakeups.wait(channel, seen, 2.0)
+            transport.wakeups.wait(channel, seen, 3.0)
             woke.append(time.monotonic() - started)
 
         waiters = [threading.Thread(target=wait) for _ in range(4)]
         for waiter in waiters:
             waiter.start()
-        time.sleep(0.2)
+        time.sleep(0.5)  # all four are waiting
         with psycopg.connect(dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_notify(%s, '')", [channel])
         for waiter in waiters:
             waiter.join(5.0)
     finally:
         transport.close()
-    assert sum(1 for t in woke if t < 1.0) == 1, woke
+    assert sum(1 for t in woke if t < 2.0) == 1, woke
     assert len(woke) == 4
 
 
