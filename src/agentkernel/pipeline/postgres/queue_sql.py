@@ -27,7 +27,10 @@ RETURNING id, pg_notify(%(channel)s, '')"""
 
 #: Leases up to ``n`` visible heads (messages with no older one in their group) and ungrouped
 #: messages, oldest first, walking the queue in id order; rows another fetch is leasing right
-#: now are skipped, and re-checked once it commits.
+#: now are skipped, and re-checked once it commits. Rows come back as (id, group, body,
+#: attributes, receive count, NULL); when none was leased, one row of NULLs instead whose last
+#: column is the seconds until the next message may become fetchable (a lease or delay ends;
+#: NULL when none will), so an empty fetch costs one round trip, not two.
 CLAIM = """
 WITH candidates AS (
   SELECT m.id FROM {s}.queue_messages m
@@ -37,17 +40,19 @@ WITH candidates AS (
       WHERE p.queue = m.queue AND p.group_id = m.group_id AND p.id < m.id))
   ORDER BY m.id LIMIT %(n)s
   FOR UPDATE SKIP LOCKED
+), claimed AS (
+  UPDATE {s}.queue_messages m
+  SET receive_count = m.receive_count + 1, lease_token = %(token)s,
+      visible_at = now() + make_interval(secs => %(lease)s)
+  WHERE m.id = ANY (ARRAY(SELECT id FROM candidates)) AND m.visible_at <= now()
+  RETURNING m.id, m.group_id, m.body, m.attributes, m.receive_count
 )
-UPDATE {s}.queue_messages m
-SET receive_count = m.receive_count + 1, lease_token = %(token)s,
-    visible_at = now() + make_interval(secs => %(lease)s)
-WHERE m.id = ANY (ARRAY(SELECT id FROM candidates)) AND m.visible_at <= now()
-RETURNING m.id, m.group_id, m.body, m.attributes, m.receive_count"""
-
-#: Seconds until the next message of the queue may become fetchable (a lease or delay ends).
-NEXT_VISIBLE = """
-SELECT extract(epoch FROM min(visible_at) - now()) FROM {s}.queue_messages
-WHERE queue = %(queue)s AND visible_at > now()"""
+SELECT id, group_id, body, attributes, receive_count, NULL::float8 FROM claimed
+UNION ALL
+SELECT NULL, NULL, NULL, NULL, NULL, extract(epoch FROM min(visible_at) - now())::float8
+FROM {s}.queue_messages
+WHERE queue = %(queue)s AND visible_at > now() AND NOT EXISTS (SELECT 1 FROM claimed)
+HAVING NOT EXISTS (SELECT 1 FROM claimed)"""
 
 ACK = """
 WITH gone AS (

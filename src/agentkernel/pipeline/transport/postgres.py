@@ -30,6 +30,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import Counter
 from contextlib import AbstractContextManager
 from typing import Any
 
@@ -186,10 +187,10 @@ class PostgresConsumer(TransportConsumer):
         args = {"queue": self._name, "n": n, "token": token, "lease": self.lease_seconds}
         with pooled(self._t.pool, _errors(f"fetch from {self._name}")) as conn:
             rows = conn.execute(self._t.sql(q.CLAIM), args).fetchall()
-            if rows:
-                return [self._message(row, token) for row in sorted(rows, key=_id)], None
-            row = conn.execute(self._t.sql(q.NEXT_VISIBLE), args).fetchone()
-        return [], None if row is None or row[0] is None else float(str(row[0]))
+        if rows and rows[0][0] is None:  # nothing leased: when the next lease or delay ends
+            ends = rows[0][-1]
+            return [], None if ends is None else float(str(ends))
+        return [self._message(row[:-1], token) for row in sorted(rows, key=_id)], None
 
     def _message(self, row: tuple[Any, ...], token: str) -> QueueMessage:
         row_id, group, body, raw, count = row
@@ -250,19 +251,29 @@ def _attributes(raw: str) -> tuple[dict[str, str], str | None]:
 
 class _Wakeups:
     """One ``LISTEN`` connection per transport, counting the notifications of each channel so
-    a consumer can sleep until the count moves past what it saw before its last claim."""
+    a consumer can sleep until the count moves past what it saw before its last claim.
+
+    Each notification wakes one waiting consumer of its channel, not all of them: it stands for
+    one message that may have become fetchable (a send, an ack or nack that uncovers the next
+    message of a session), and with every consumer thread of every process woken, all but one
+    claimed nothing (45 claims per turn with 4 runners of 5 threads; benchmarks/README.md). A
+    consumer not woken still claims when its wait slice ends, as after a lost notification.
+    When the listener (re)connects, every waiting consumer looks again: notifications sent
+    while it was down are lost.
+    """
 
     def __init__(self, dsn: str, channels: list[str]) -> None:
         self._dsn, self._channels = dsn, channels
         self._counts = dict.fromkeys(channels, 0)
-        self._changed = threading.Condition()
+        self._lock = threading.Lock()
+        self._changed = {channel: threading.Condition(self._lock) for channel in channels}
         self._stopping = threading.Event()
         self._thread: threading.Thread | None = None
         self._failing = False  # one warning per outage, not one per restart of the listener
 
     def generation(self, channel: str) -> int:
         """The notification count of ``channel``; starts the listener when it is not running."""
-        with self._changed:
+        with self._lock:
             if (
                 self._thread is None or not self._thread.is_alive()
             ) and not self._stopping.is_set():
@@ -273,32 +284,39 @@ class _Wakeups:
 
     def wait(self, channel: str, seen: int, timeout: float) -> None:
         """Sleep up to ``timeout`` seconds unless ``channel`` was notified since ``seen``."""
-        with self._changed:
-            self._changed.wait_for(lambda: self._counts[channel] != seen, timeout)
+        changed = self._changed[channel]
+        with changed:
+            changed.wait_for(lambda: self._counts[channel] != seen, timeout)
 
     def _listen(self) -> None:
         try:
             with psycopg.connect(self._dsn, autocommit=True) as conn:
                 for channel in self._channels:
                     conn.execute(sql.SQL("LISTEN {}").format(sql.Identifier(channel)))
-                self._bump(self._channels)  # anything sent before LISTEN: look again
+                self._bump(self._channels, everyone=True)  # anything sent before LISTEN
                 if self._failing:
                     logger.warning("%s: queue listener is back", KEY)
                 self._failing = False
                 while not self._stopping.is_set():
-                    self._bump([n.channel for n in conn.notifies(timeout=LISTEN_TICK)])
+                    for note in conn.notifies(timeout=LISTEN_TICK):  # each as it arrives
+                        self._bump([note.channel])
         except psycopg.Error as exc:  # fetches still wake when their wait ends; retried then
             if not self._failing:
                 logger.warning("%s: queue listener stopped: %s", KEY, exc)
             self._failing = True
             time.sleep(LISTEN_TICK)
 
-    def _bump(self, channels: list[str]) -> None:
-        if channels:
-            with self._changed:
-                for channel in channels:
-                    self._counts[channel] = self._counts.get(channel, 0) + 1
-                self._changed.notify_all()
+    def _bump(self, channels: list[str], everyone: bool = False) -> None:
+        """Count one notification per entry of ``channels``; wake as many waiting consumers of
+        each channel (all of them with ``everyone``)."""
+        with self._lock:
+            for channel, times in Counter(channels).items():
+                if channel in self._counts:
+                    self._counts[channel] += times
+                    if everyone:
+                        self._changed[channel].notify_all()
+                    else:
+                        self._changed[channel].notify(times)
 
     def stop(self) -> None:
         self._stopping.set()
