@@ -108,8 +108,8 @@ class ChatFront:
         self._released = False
         self.quota = IdentityQuota(store, self.config.api.limits)
         self.webhooks = WebhookCheck(self.config.api.webhooks)
-        self.session_ops = SessionsAPI(sessions, store, self.quota)
         control = self.config.execution.turn_control
+        self.session_ops = SessionsAPI(sessions, store, self.quota, control.stale_after)
         self.turn_ops = TurnControlAPI(store, self._sessions, control, self.quota)
         #: What ``GET /ready`` checks beside the broker (an embedded runner adds its sessions).
         self.stores: dict[str, CheckedStore] = {"response_store": store}

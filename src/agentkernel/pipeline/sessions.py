@@ -60,12 +60,19 @@ class SessionsAPI:
             them (a split IO process configured with in-memory sessions): every call answers 501.
         store: the response store, whose tickets, replies and chunks an erase removes.
         quota: the per-identity counts an erase releases.
+        stale_after: ``execution.turn_control.stale_after``, for the session store's turn
+            signals should an erase be the first to ask for them (they are made once).
     """
 
     def __init__(
-        self, sessions: SessionStore | None, store: ResponseStore, quota: IdentityQuota
+        self,
+        sessions: SessionStore | None,
+        store: ResponseStore,
+        quota: IdentityQuota,
+        stale_after: float,
     ) -> None:
         self.sessions, self.store, self.quota = sessions, store, quota
+        self.stale_after = stale_after
 
     async def list(self, identity: str | None, limit: str | None, cursor: str | None) -> Answer:
         """The caller's sessions, newest activity first, ``limit`` per page after ``cursor``."""
@@ -100,7 +107,7 @@ class SessionsAPI:
             record = await self._call(sessions.nonblocking, sessions.read, key)
             ids = [*record.committed, *(entry.request_id for entry in record.log)]
             await self._call(sessions.nonblocking, sessions.delete, key)  # first: fences turns
-            if (signals := sessions.turn_signals()) is not None:
+            if (signals := sessions.turn_signals(self.stale_after)) is not None:
                 await self._call(signals.nonblocking, signals.forget_session, key)
             forget, nonblocking = self.store.forget_session, self.store.nonblocking
             erased = await self._call(nonblocking, forget, session_id, identity, ids)
