@@ -218,3 +218,13 @@ def test_a_redis_watch_reads_the_key_only_for_a_reply_too_large_to_announce(
         assert store.reads == reads
     finally:
         store.close()
+
+
+def test_a_notification_is_a_reply_only_when_it_reads_as_one() -> None:
+    from agentkernel.pipeline.response_store.watch import announced_record
+
+    record = ResponseRecord(uuid.uuid4().hex, "s", 200, {"result": "ok"}, "alice")
+    assert announced_record(record.to_json().encode()) == record
+    assert announced_record(record.to_json()) == record
+    for bare in (None, b"1", "1", b"", b'{"request_id": "x"}', b"{not json", 1):
+        assert announced_record(bare) is None

@@ -48,7 +48,7 @@ from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
-from agentkernel.pipeline.response_store.watch import PushedWatch
+from agentkernel.pipeline.response_store.watch import PushedWatch, announced_record
 from agentkernel.pipeline.scoping import session_key
 
 logger = logging.getLogger(__name__)
@@ -374,7 +374,7 @@ class _RedisWatch(PushedWatch):
             request_id,
             store._waiters,
             functools.partial(store._read, request_id),
-            _announced,
+            announced_record,
             recheck=RECHECK_SECONDS,
         )
         self._redis_store = store
@@ -389,14 +389,3 @@ class _RedisWatch(PushedWatch):
             except (redis.RedisError, OSError):  # the reads that follow say what is wrong
                 logger.debug("no subscription to replies yet", exc_info=True)
         await super().open()
-
-
-def _announced(data: object) -> ResponseRecord | None:
-    """The record a notification carried (``None`` for a bare wake-up: ``1``, or a chunk)."""
-    raw = data.encode() if isinstance(data, str) else data
-    if not isinstance(raw, bytes) or not raw.startswith(b"{"):
-        return None
-    try:
-        return ResponseRecord.from_json(raw)
-    except (ValueError, KeyError, TypeError):
-        return None  # not a record after all: the waiter reads the key

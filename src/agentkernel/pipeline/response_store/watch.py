@@ -18,12 +18,13 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from agentkernel.pipeline.response_store.base import ResponseRecord
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+    from agentkernel.pipeline.response_store.base import ResponseStore
 
-__all__ = ["PushedWatch", "ReplyWatch"]
+__all__ = ["PushedWatch", "ReplyWatch", "announced_record"]
 
 
 class ReplyWatch:
@@ -141,3 +142,15 @@ class PushedWatch(ReplyWatch):
             self._future = self._waiters.add(self.request_id)  # notify() dropped the old one
             return None
         return record
+
+
+def announced_record(data: object) -> ResponseRecord | None:
+    """The record a notification carried as its JSON (``None`` for a bare wake-up, such as
+    ``1`` or a chunk's, or for anything that does not read as a record: the waiter reads)."""
+    raw = data.encode() if isinstance(data, str) else data
+    if not isinstance(raw, bytes) or not raw.startswith(b"{"):
+        return None
+    try:
+        return ResponseRecord.from_json(raw)
+    except (ValueError, KeyError, TypeError):
+        return None
