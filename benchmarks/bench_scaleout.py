@@ -17,7 +17,13 @@ run as the ``postgres`` user when this runs as root; durable defaults). PostgreS
 server process and every backend it forked, counted in the "broker" column; Redis is idle then.
 
   python benchmarks/bench_scaleout.py [--brokers nats,kafka,redis,postgres] [--runners 1,2,4]
-      [--sessions 200] [--duration 20] [--repeat 1]
+      [--sessions 200] [--duration 20] [--repeat 1] [--baseline SRC] [--py-spy DIR]
+
+``--baseline SRC``: also measure the ``src`` folder of another checkout (``git worktree``, or
+``git archive COMMIT src | tar -x``), as ``before``, each point right before this code's (the
+processes import it through ``PYTHONPATH``). ``--py-spy DIR``: record the IO process and the
+first runner with ``py-spy record --gil --nonblocking`` during each window, one raw file per
+process and point in DIR (``benchmarks/profile_table.py`` turns them into CPU per component).
 """
 
 from __future__ import annotations
@@ -102,9 +108,11 @@ def machine_busy() -> tuple[float, float]:
     return sum(values) - idle, sum(values)
 
 
-def spawn(args: list[str], log: Path) -> subprocess.Popen[bytes]:
+def spawn(args: list[str], log: Path, src: str | None = None) -> subprocess.Popen[bytes]:
+    """Start ``args``; ``src``: import agentkernel from that source folder instead."""
     out = log.open("wb")
-    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT)
+    env = os.environ | {"PYTHONPATH": src} if src else None
+    return subprocess.Popen(args, stdout=out, stderr=subprocess.STDOUT, env=env)
 
 
 # -- servers ----------------------------------------------------------------------------------
@@ -341,20 +349,24 @@ async def drive(port: int, sessions: int, seconds: float, tag: str, at_end: Any)
 
 
 @contextmanager
-def topology(servers: Servers, broker: str, runners: int) -> Iterator[tuple[int, dict[str, Any]]]:
+def topology(
+    servers: Servers, broker: str, runners: int, src: str | None = None
+) -> Iterator[tuple[int, dict[str, Any]]]:
     tag = uuid.uuid4().hex[:8].upper()
     cfg = servers.workdir / f"config-{tag}.json"  # JSON is YAML: the CLI reads it as is
     cfg.write_text(json.dumps(config(servers, broker, tag)))
     port = free_port()
     cli = [sys.executable, "-m", "agentkernel"]
-    io = spawn([*cli, "io", "--config", str(cfg), "--port", str(port)], servers.workdir / "io.log")
+    io_args = [*cli, "io", "--config", str(cfg), "--port", str(port)]
+    io = spawn(io_args, servers.workdir / "io.log", src)
     procs = {"io": [io], "runners": []}
     try:
         url = f"http://127.0.0.1:{port}"
         wait_healthy(url, io)
         for i in range(runners):
             log = servers.workdir / f"runner-{i}.log"
-            procs["runners"].append(spawn([*cli, "runner", str(AGENTS), "--config", str(cfg)], log))
+            runner_args = [*cli, "runner", str(AGENTS), "--config", str(cfg)]
+            procs["runners"].append(spawn(runner_args, log, src))
         warm_up(url, broker)
         yield port, procs
     finally:
@@ -390,8 +402,11 @@ def warm_up(url: str, broker: str) -> None:
     time.sleep(8.0 if broker == "kafka" else 2.0)  # late joiners' rebalances
 
 
-def measure(servers: Servers, broker: str, runners: int, args: argparse.Namespace) -> dict:
-    with topology(servers, broker, runners) as (port, procs):
+def measure(
+    servers: Servers, broker: str, runners: int, args: argparse.Namespace, code: str = "this"
+) -> dict:
+    src = args.baseline if code == "before" else None
+    with topology(servers, broker, runners, src) as (port, procs):
         roles = {
             "io": [p.pid for p in procs["io"]],
             "runners": [p.pid for p in procs["runners"]],
@@ -407,15 +422,19 @@ def measure(servers: Servers, broker: str, runners: int, args: argparse.Namespac
                 cpu["broker"] = tree_cpu_seconds(postgres.pid)
             return cpu | {"client": time.process_time()}, machine_busy(), os.getloadavg()[0]
 
+        spies = profile(procs, args, f"{code}-{broker}-{runners}-{uuid.uuid4().hex[:4]}")
         before = snapshot()
         results, late, after = asyncio.run(
             drive(port, args.sessions, args.duration, uuid.uuid4().hex[:6], snapshot)
         )
+        for spy in spies:
+            spy.wait(60)
         elapsed = args.duration
         cpu = {role: after[0][role] - before[0][role] for role in after[0]}
         busy = after[1][0] - before[1][0], after[1][1] - before[1][1]
     ok = sorted(lat for lat, status, _ in results if status == 200)
     return {
+        "code": code,
         "broker": broker,
         "runners": runners,
         "turns": len(ok),
@@ -429,6 +448,21 @@ def measure(servers: Servers, broker: str, runners: int, args: argparse.Namespac
         "machine": 100 * busy[0] / max(busy[1], 1),
         "load": (before[2], after[2]),
     }
+
+
+def profile(procs: dict[str, Any], args: argparse.Namespace, name: str) -> list[Any]:
+    """py-spy on the IO process and the first runner for the window (``--py-spy``)."""
+    if not args.py_spy:
+        return []
+    Path(args.py_spy).mkdir(parents=True, exist_ok=True)
+    spies = []
+    for role, proc in (("io", procs["io"][0]), ("runner", procs["runners"][0])):
+        out = Path(args.py_spy) / f"{name}-{role}.txt"
+        spy = shutil.which("py-spy") or str(Path(sys.executable).parent / "py-spy")
+        command = [spy, "record", "--gil", "--nonblocking", "-r", "200", "-f", "raw"]
+        command += ["-d", str(int(args.duration)), "-o", str(out), "-p", str(proc.pid)]
+        spies.append(subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT))
+    return spies
 
 
 # -- report -----------------------------------------------------------------------------------
@@ -445,7 +479,7 @@ def report(rows: list[dict]) -> None:
         share = " / ".join(f"{100 * r['cpu'][k] / r['seconds']:.0f}" for k in ROLES)
         ours = 100 * sum(r["cpu"].values()) / r["seconds"]
         print(
-            f"| {r['broker']} | {r['runners']} | {r['turns'] / r['seconds']:,.0f} | "
+            f"| {label(r)} | {r['runners']} | {r['turns'] / r['seconds']:,.0f} | "
             f"{r['p50']:.0f} | {r['p99']:.0f} | {r['errors']} | {share} | {ours:.0f} | "
             f"{r['machine']:.0f} | {r['load'][0]:.2f} -> {r['load'][1]:.2f} | {r['late']:.0f} |"
         )
@@ -455,7 +489,12 @@ def report(rows: list[dict]) -> None:
     for r in rows:
         per = {k: 1000 * r["cpu"][k] / max(r["turns"], 1) for k in ROLES}
         cells = " | ".join(f"{per[k]:.2f}" for k in ROLES)
-        print(f"| {r['broker']} | {r['runners']} | {cells} | {sum(per.values()):.2f} |")
+        print(f"| {label(r)} | {r['runners']} | {cells} | {sum(per.values()):.2f} |")
+
+
+def label(row: dict) -> str:
+    """The broker, and ``before`` for the baseline's rows."""
+    return row["broker"] + (", before" if row.get("code") == "before" else "")
 
 
 def main() -> None:
@@ -465,7 +504,10 @@ def main() -> None:
     parser.add_argument("--sessions", type=int, default=200)
     parser.add_argument("--duration", type=float, default=20.0)
     parser.add_argument("--repeat", type=int, default=1, help="sweeps of the runner counts")
+    parser.add_argument("--baseline", help="src folder of another checkout, measured as 'before'")
+    parser.add_argument("--py-spy", help="folder for py-spy profiles (IO, a runner)")
     args = parser.parse_args()
+    codes = ["before", "this"] if args.baseline else ["this"]
     rows = []
     with tempfile.TemporaryDirectory(prefix="ak-scaleout-") as tmp:
         servers = Servers(Path(tmp))
@@ -481,8 +523,9 @@ def main() -> None:
                 try:
                     counts = [int(n) for n in args.runners.split(",")] * args.repeat
                     for runners in counts:  # repeats interleaved: the host's load drifts
-                        rows.append(measure(servers, broker, runners, args))
-                        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+                        for code in codes:  # the baseline right before this code, alike
+                            rows.append(measure(servers, broker, runners, args, code))
+                            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
                 finally:
                     servers.stop_broker()
         finally:

@@ -184,3 +184,48 @@ def test_a_redis_waiter_gets_its_reply_after_the_subscription_died(redis_url: st
     finally:
         waiting.close()
         writer.close()
+
+
+class _CountingRedisStore(RedisResponseStore):
+    """Counts the reads of reply keys, to tell a reply carried by its notification."""
+
+    reads = 0
+
+    def get(self, request_id: str) -> ResponseRecord | None:
+        self.reads += 1
+        return super().get(request_id)
+
+
+@pytest.mark.parametrize(("size", "reads"), [(100, 0), (100_000, 1)])
+def test_a_redis_watch_reads_the_key_only_for_a_reply_too_large_to_announce(
+    redis_url: str, size: int, reads: int
+) -> None:
+    """A reply up to NOTIFY_PAYLOAD_BYTES travels with its notification: the waiting request
+    reads nothing (the key was read three times per sync turn before); a larger one is read."""
+    prefix = f"t:{uuid.uuid4().hex}:"
+    store = _CountingRedisStore(redis_url, prefix)
+    record = ResponseRecord(uuid.uuid4().hex, "s", 200, {"result": "x" * size})
+
+    async def scenario() -> ResponseRecord | None:
+        async with store.watch(uuid.uuid4().hex) as first:  # starts the subscription
+            await first.result(0.05)
+        store.reads = 0
+        async with store.watch(record.request_id) as watch:
+            await asyncio.to_thread(store.put, record)
+            return await watch.result(5)
+
+    try:
+        assert asyncio.run(scenario()) == record
+        assert store.reads == reads
+    finally:
+        store.close()
+
+
+def test_a_notification_is_a_reply_only_when_it_reads_as_one() -> None:
+    from agentkernel.pipeline.response_store.watch import announced_record
+
+    record = ResponseRecord(uuid.uuid4().hex, "s", 200, {"result": "ok"}, "alice")
+    assert announced_record(record.to_json().encode()) == record
+    assert announced_record(record.to_json()) == record
+    for bare in (None, b"1", "1", b"", b'{"request_id": "x"}', b"{not json", 1):
+        assert announced_record(bare) is None

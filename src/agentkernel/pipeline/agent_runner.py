@@ -337,13 +337,13 @@ class AgentRunner(QueueConsumer):
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         await self._commit_and_reply(message, session_id, record, outcome, None)
 
-    async def _close(self, message: QueueMessage, request_id: str) -> None:
-        """The turn has answered: it no longer counts as open in its session."""
+    def _close(self, message: QueueMessage, request_id: str) -> None:
+        """The turn has answered: it no longer counts as open in its session (blocking)."""
         signals, key = self.signals, message.group_id
         if signals is None or key is None:
             return
         try:
-            await call(signals.nonblocking, signals.close, key, request_id)
+            signals.close(key, request_id)
         except Exception as exc:  # it goes stale on its own; the reply is sent
             self._log.log(
                 logging.WARNING,
@@ -495,8 +495,15 @@ class AgentRunner(QueueConsumer):
         )
         if self.stream_all:
             reply.attributes[ATTR_STREAM] = "1"
-        await call(self.transport.nonblocking, self.transport.send, QueueName.OUTPUT, reply)
-        await self._close(message, outcome.request_id)
+        signals = self.signals
+        inline = self.transport.nonblocking and (signals is None or signals.nonblocking)
+        await call(inline, self._deliver, message, reply, outcome.request_id)
+
+    def _deliver(self, message: QueueMessage, reply: QueueMessage, request_id: str) -> None:
+        """Put the reply on OUTPUT, then close the turn in its session: one thread hop for
+        both (blocking)."""
+        self.transport.send(QueueName.OUTPUT, reply)
+        self._close(message, request_id)
 
 
 def _key(message: QueueMessage, session_id: str) -> str:

@@ -57,6 +57,7 @@ from agentkernel.pipeline.quota.front import IdentityQuota
 from agentkernel.pipeline.readiness import CheckedStore, readiness
 from agentkernel.pipeline.request_ids import RequestIds
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.watch import ReplyWatch
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.sessions import SessionsAPI
 from agentkernel.pipeline.store_errors import store_error
@@ -158,16 +159,23 @@ class ChatFront:
                 await self.turn_ops.open(chat, request_id, owner)
                 await self._enqueue(chat, turn, traceparent, owner)
             return StreamAnswer(request_id, chat.session_id, owner=owner)
-        if not fresh and (known := await self._read(turn)):
-            return await self._answered(known, chat.session_id, owner)
-        await self.turn_ops.open(chat, request_id, owner)
-        await self._enqueue(chat, turn, traceparent, owner)
         if wants_async(chat_call.prefer, self.config.execution.mode):
+            if not fresh and (known := await self._read(turn)):
+                return await self._answered(known, chat.session_id, owner)
+            await self._send_turn(chat, turn, traceparent, owner)
             return accepted(turn)
-        record = await self._wait(turn, chat_call.budget)
-        if record is None:
-            raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
+        async with self.store.watch(request_id) as watch:  # before the send: nothing slips by
+            if not fresh and (known := await self._read(turn)):
+                return await self._answered(known, chat.session_id, owner)
+            await self._send_turn(chat, turn, traceparent, owner)
+            record = await self._wait(turn, chat_call.budget, watch)
         return await self._answered(record, chat.session_id, owner, location=turn.location)
+
+    async def _send_turn(
+        self, chat: ChatRequest, turn: TurnAddress, traceparent: str, owner: str | None
+    ) -> None:
+        await self.turn_ops.open(chat, turn.request_id, owner)
+        await self._enqueue(chat, turn, traceparent, owner)
 
     def _checked_size(self, body: bytes) -> bytes:
         limit = self.config.api.max_body_bytes
@@ -348,8 +356,10 @@ class ChatFront:
         except StoreError as exc:
             raise self._store_error(turn, exc) from exc
 
-    async def _wait(self, turn: TurnAddress, limit: float | None) -> ResponseRecord | None:
-        """Wait for the reply; a shutdown of this process cuts the wait short with a 503."""
+    async def _wait(
+        self, turn: TurnAddress, limit: float | None, watch: ReplyWatch
+    ) -> ResponseRecord:
+        """Wait for the reply: 504 after the budget, 503 when this process shuts down."""
         loop = asyncio.get_running_loop()
         released: asyncio.Future[None] = loop.create_future()
         with self._waiters_lock:
@@ -361,18 +371,17 @@ class ChatFront:
         )
         if limit is not None:
             budget = max(min(budget, limit), 0.0)
-        waiting = asyncio.ensure_future(self.store.wait(turn.request_id, budget))
         try:
-            either: set[asyncio.Future[Any]] = {waiting, released}
-            await asyncio.wait(either, return_when=asyncio.FIRST_COMPLETED)
-            if waiting.done():
-                return waiting.result()
+            record = await watch.result(budget, released)
         except StoreError as exc:
             raise self._store_error(turn, exc) from exc
         finally:
-            waiting.cancel()
             with self._waiters_lock:
                 self._waiters.pop(released, None)
+        if record is not None:
+            return record
+        if not released.done():
+            raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
         raise turn.error(
             503,
             "SHUTTING_DOWN",
@@ -442,8 +451,8 @@ class ChatFront:
         if self.transport.nonblocking:  # returns at once: no task, no timer
             self.transport.send(QueueName.INPUT, message)
         else:
-            send = asyncio.to_thread(self.transport.send, QueueName.INPUT, message)
-            await asyncio.wait_for(send, self.config.api.enqueue_timeout)
+            async with asyncio.timeout(self.config.api.enqueue_timeout):  # no task, unlike wait_for
+                await asyncio.to_thread(self.transport.send, QueueName.INPUT, message)
 
 
 def _no_request_id() -> HTTPError:

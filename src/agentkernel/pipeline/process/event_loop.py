@@ -16,21 +16,23 @@ T = TypeVar("T")
 logger = logging.getLogger(__name__)
 
 
-def resolve_soon(loop: asyncio.AbstractEventLoop, future: asyncio.Future[None]) -> None:
-    """Resolve ``future`` (of ``loop``) from any thread.
+def resolve_soon(
+    loop: asyncio.AbstractEventLoop, future: asyncio.Future[Any], value: Any = None
+) -> None:
+    """Resolve ``future`` (of ``loop``) with ``value`` from any thread.
 
     On the loop's own thread the future is resolved directly: ``call_soon_threadsafe`` would
     also write to the loop's self-pipe, a system call and an extra loop wake-up per reply.
     """
     if asyncio._get_running_loop() is loop:
-        _resolve(future)
+        _resolve(future, value)
     else:
-        loop.call_soon_threadsafe(_resolve, future)
+        loop.call_soon_threadsafe(_resolve, future, value)
 
 
-def _resolve(future: asyncio.Future[None]) -> None:
+def _resolve(future: asyncio.Future[Any], value: Any) -> None:
     if not future.done():
-        future.set_result(None)
+        future.set_result(value)
 
 
 class LoopThread:

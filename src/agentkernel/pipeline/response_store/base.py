@@ -9,11 +9,14 @@ import time
 from abc import ABC, abstractmethod
 from collections.abc import Iterable
 from dataclasses import asdict, dataclass, field
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentkernel.core.errors import ResponseStoreError
 from agentkernel.pipeline.quota import InMemoryQuotaLedger, QuotaLedger
 from agentkernel.pipeline.scoping import session_key
+
+if TYPE_CHECKING:
+    from agentkernel.pipeline.response_store.watch import ReplyWatch
 
 
 def visible(session_id: str, owner: str | None, to_session: str, to_owner: str | None) -> bool:
@@ -51,7 +54,15 @@ class ResponseRecord:
         return visible(self.session_id, self.owner, session_id, owner)
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self))
+        # Not asdict(): it deep-copies the body only to have it encoded.
+        doc = {
+            "request_id": self.request_id,
+            "session_id": self.session_id,
+            "status_code": self.status_code,
+            "body": self.body,
+            "owner": self.owner,
+        }
+        return json.dumps(doc)
 
     @classmethod
     def from_json(cls, text: str | bytes) -> ResponseRecord:
@@ -148,6 +159,16 @@ class ResponseStore(ABC):
                 return record
             await asyncio.sleep(min(interval, remaining))
             interval = min(interval * 2, self.max_poll_interval)
+
+    def watch(self, request_id: str) -> ReplyWatch:
+        """A wait for the reply of ``request_id``, to open (``async with``) before the turn is
+        sent and wait on (``await watch.result(timeout)``) after. It sees every reply written
+        after it was opened; the default one reads first, like :meth:`wait`, so it sees earlier
+        ones too. Stores that push override it so a reply costs no read (see
+        :mod:`agentkernel.pipeline.response_store.watch`)."""
+        from agentkernel.pipeline.response_store.watch import ReplyWatch
+
+        return ReplyWatch(self, request_id)
 
     # -- tickets of accepted turns ---------------------------------------------------------------
 

@@ -9,6 +9,7 @@ from typing import Any
 
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+from agentkernel.pipeline.response_store.watch import PushedWatch
 from agentkernel.pipeline.scoping import session_key
 
 # Expiry-heap key prefixes of chunk lists, tickets and session indexes (ids are printable).
@@ -47,7 +48,7 @@ class InMemoryResponseStore(ResponseStore):
             self._records[record.request_id] = (expires, record)
             heapq.heappush(self._expiry, (expires, record.request_id))
             self._index(record.session_id, record.owner, record.request_id, expires)
-        self._waiters.notify(record.request_id)
+        self._waiters.notify(record.request_id, record)  # a watch takes it as it is
 
     def _index(self, session_id: str, owner: str | None, request_id: str, expires: float) -> None:
         key = session_key(session_id, owner)
@@ -119,6 +120,14 @@ class InMemoryResponseStore(ResponseStore):
         )
         return self.get(request_id)
 
+    def watch(self, request_id: str) -> PushedWatch:
+        """Woken with the record itself by :meth:`put`; reads first, inline (a dict lookup)."""
+
+        async def read() -> ResponseRecord | None:
+            return self.get(request_id)
+
+        return PushedWatch(self, request_id, self._waiters, read, _carried)
+
     def _evict(self, now: float) -> None:
         while self._expiry and self._expiry[0][0] <= now:
             expires, key = heapq.heappop(self._expiry)
@@ -150,3 +159,8 @@ class InMemoryResponseStore(ResponseStore):
     def __len__(self) -> int:
         with self._lock:
             return len(self._records)
+
+
+def _carried(value: object) -> ResponseRecord | None:
+    """The record :meth:`InMemoryResponseStore.put` woke a watch with (chunks carry none)."""
+    return value if isinstance(value, ResponseRecord) else None

@@ -5,7 +5,9 @@ agentkernel's records, the same JSON at ``<upstream_prefix><request_id>``, are r
 ``upstream_prefix`` is set, for a migration). Writing it
 also publishes on ``<prefix>done:<request_id>``; one pattern subscription per store (on its own
 thread) wakes the waiters of this process, so a sync request learns of its reply at once without
-polling and without a connection per waiting request.
+polling and without a connection per waiting request. The message is the record's JSON itself
+when it is at most ``NOTIFY_PAYLOAD_BYTES`` long (``1`` otherwise): a watch
+(:meth:`RedisResponseStore.watch`) then has its reply without reading the key.
 
 Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; appending some (one
 script call for all the chunks of an OUTPUT message) publishes on the same channel, so a
@@ -47,6 +49,7 @@ from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+from agentkernel.pipeline.response_store.watch import PushedWatch, announced_record
 from agentkernel.pipeline.scoping import session_key
 
 logger = logging.getLogger(__name__)
@@ -61,6 +64,9 @@ _errors = functools.partial(
 
 #: Longest time a waiter relies on pub/sub alone before it reads its key again, in seconds.
 RECHECK_SECONDS = 1.0
+#: Largest record sent along with its notification, in bytes: every IO process subscribed
+#: receives each one, so a large reply is announced with ``1`` and read by its waiter instead.
+NOTIFY_PAYLOAD_BYTES = 16 * 1024
 
 # Appends frames ARGV[3..], numbered from ARGV[1] on, each only when it is the next index (a
 # redelivered chunk is ignored); when any was new, renews the list's expiry (ARGV[2] ms) and
@@ -156,19 +162,25 @@ class RedisResponseStore(ResponseStore):
         return f"{self._prefix}turns:{session_key(session_id, owner)}"
 
     def put(self, record: ResponseRecord) -> None:
+        text = record.to_json()
         with _errors(f"write of {record.request_id}"):
-            on_node(self._redis, self._key(record.request_id), lambda node: self._put(node, record))
+            on_node(
+                self._redis,
+                self._key(record.request_id),
+                lambda node: self._put(node, record, text),
+            )
 
-    def _put(self, node: redis.Redis, record: ResponseRecord) -> None:
+    def _put(self, node: redis.Redis, record: ResponseRecord, text: str) -> None:
         """One transaction on ``node``: on a cluster, the node serving the store's slot (a
         cluster pipeline takes no PUBLISH)."""
         ttl_ms = int(self.ttl * 1000)
+        news = text if len(text) <= NOTIFY_PAYLOAD_BYTES else "1"  # characters <= bytes
         pipe = node.pipeline()
-        pipe.set(self._key(record.request_id), record.to_json(), px=ttl_ms)
+        pipe.set(self._key(record.request_id), text, px=ttl_ms)
         turns = self._turns_key(record.session_id, record.owner)
         pipe.sadd(turns, record.request_id)
         pipe.pexpire(turns, ttl_ms)
-        pipe.publish(f"{self._prefix}done:{record.request_id}", b"1")
+        pipe.publish(f"{self._prefix}done:{record.request_id}", news)
         pipe.execute()
 
     def get(self, request_id: str) -> ResponseRecord | None:
@@ -255,6 +267,17 @@ class RedisResponseStore(ResponseStore):
             length, exists = pipe.execute()
         return int(length) > seen + 1 or bool(exists)
 
+    def watch(self, request_id: str) -> PushedWatch:
+        """Registered on open; a reply announced with its JSON costs no read. The key is read
+        first only when the subscription was not up before the watch opened, and again after a
+        bare wake-up or ``RECHECK_SECONDS`` without one (a notification lost while the
+        subscription was down)."""
+        return _RedisWatch(self, request_id)
+
+    def _listening(self) -> bool:
+        listener = self._listener
+        return listener is not None and listener.is_alive()
+
     async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None:
         await self._wait_until(request_id, timeout, lambda: self.get(request_id) is not None)
         return self.get(request_id)
@@ -304,11 +327,14 @@ class RedisResponseStore(ResponseStore):
         try:
             for item in pubsub.listen():
                 channel = item.get("channel", b"").decode()
-                self._waiters.notify(channel.removeprefix(done))
+                self._waiters.notify(channel.removeprefix(done), item.get("data"))
         except (redis.RedisError, ValueError, AttributeError):
             # Closed by close(), or the connection dropped: the next wait starts a new listener,
             # and every waiter also re-checks the key, so nothing is lost meanwhile.
             logger.debug("reply listener stopped", exc_info=True)
+
+    async def _read(self, request_id: str) -> ResponseRecord | None:
+        return await asyncio.to_thread(self.get, request_id)
 
     def _new_quota_ledger(self) -> QuotaLedger:
         from agentkernel.pipeline.quota.redis import RedisQuotaLedger
@@ -355,3 +381,29 @@ class RedisResponseStore(ResponseStore):
             if self._pubsub is not None:
                 self._pubsub.close()
             self._redis.close()
+
+
+class _RedisWatch(PushedWatch):
+    """A watch that makes sure the store listens before it registers (see ``watch``)."""
+
+    def __init__(self, store: RedisResponseStore, request_id: str) -> None:
+        super().__init__(
+            store,
+            request_id,
+            store._waiters,
+            functools.partial(store._read, request_id),
+            announced_record,
+            recheck=RECHECK_SECONDS,
+        )
+        self._redis_store = store
+
+    async def open(self) -> None:
+        store = self._redis_store
+        # A reply published before the subscription was up is missed: read the key first then.
+        self.read_first = not store._listening()
+        if self.read_first:
+            try:  # may connect: not on the loop
+                await asyncio.to_thread(store._ensure_listener)
+            except (redis.RedisError, OSError):  # the reads that follow say what is wrong
+                logger.debug("no subscription to replies yet", exc_info=True)
+        await super().open()

@@ -119,6 +119,71 @@ class ResponseStoreContract:
 
         assert asyncio.run(scenario()) == records
 
+    # -- watches: opened before the turn is sent ---------------------------------------------------
+
+    #: Longest time a watch may take to see a reply written before it was opened, seconds.
+    watch_recheck: ClassVar[float] = 1.0
+
+    def watch_result(
+        self, store: ResponseStore, request_id: str, timeout: float, during: object = None
+    ) -> tuple[ResponseRecord | None, float]:
+        """Open a watch, run ``during(release)`` on a thread, wait; returns (reply, seconds)."""
+
+        async def scenario() -> tuple[ResponseRecord | None, float]:
+            loop = asyncio.get_running_loop()
+            released: asyncio.Future[None] = loop.create_future()
+
+            def release() -> None:
+                loop.call_soon_threadsafe(released.set_result, None)
+
+            async with store.watch(request_id) as watch:
+                started = time.monotonic()
+                if callable(during):
+                    threading.Timer(0.2, during, (release,)).start()
+                record = await watch.result(timeout, released)
+                return record, time.monotonic() - started
+
+        return asyncio.run(scenario())
+
+    def test_watch_sees_a_reply_written_after_it_opened(self) -> None:
+        store, record = self.make_store(60), self.record()
+        got, took = self.watch_result(store, record.request_id, 10, lambda _: store.put(record))
+        assert got == record and took < 0.2 + self.wake_latency
+
+    def test_watch_sees_a_reply_written_before_it_opened(self) -> None:
+        store, record = self.make_store(60), self.record()
+        self.watch_result(store, uuid.uuid4().hex, 0.1)  # the store is listening already
+        store.put(record)
+        got, took = self.watch_result(store, record.request_id, 10)
+        assert got == record and took < self.watch_recheck + self.wake_latency
+
+    def test_watch_sees_a_reply_too_large_to_travel_with_its_notification(self) -> None:
+        store, record = self.make_store(60), self.record({"result": "x" * 100_000})
+        got, took = self.watch_result(store, record.request_id, 10, lambda _: store.put(record))
+        assert got == record and took < 0.2 + self.wake_latency
+
+    def test_watch_sees_the_reply_after_its_chunks(self) -> None:
+        store, record = self.make_store(60), self.record()
+
+        def write(_: object) -> None:
+            store.put_chunks(record.request_id, 0, [{"type": "chunk", "delta": "a"}])
+            time.sleep(0.1)
+            store.put(record)
+
+        try:
+            store.put_chunks(uuid.uuid4().hex, 0, [{"type": "chunk"}])
+        except NotImplementedError:
+            pytest.skip("the store keeps no chunks")
+        got, took = self.watch_result(store, record.request_id, 10, write)
+        assert got == record and took < 0.3 + self.wake_latency
+
+    def test_watch_answers_none_when_released_or_after_its_timeout(self) -> None:
+        store = self.make_store(60)
+        got, took = self.watch_result(store, uuid.uuid4().hex, 10, lambda release: release())
+        assert got is None and took < 0.2 + self.wake_latency
+        got, took = self.watch_result(store, uuid.uuid4().hex, 0.3)
+        assert got is None and 0.25 < took < 0.3 + self.wake_latency
+
     # -- tickets of accepted turns ---------------------------------------------------------------
 
     def test_the_first_ticket_of_a_request_id_wins(self) -> None:

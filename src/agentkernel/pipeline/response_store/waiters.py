@@ -7,43 +7,54 @@ import threading
 from collections import defaultdict
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from agentkernel.pipeline.process.event_loop import resolve_soon
 
 
 class WaiterRegistry:
-    """Futures waiting for a request id, each resolved on its own event loop."""
+    """Futures waiting for a request id, each resolved on its own event loop.
+
+    A notification may carry a value (the reply itself, when the store sends it along); each
+    future it wakes is resolved with it.
+    """
 
     def __init__(self) -> None:
-        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[None]]]] = (
+        self._waiters: dict[str, list[tuple[asyncio.AbstractEventLoop, asyncio.Future[Any]]]] = (
             defaultdict(list)
         )
         self._lock = threading.Lock()
 
     @contextmanager
-    def waiting(self, request_id: str) -> Iterator[asyncio.Future[None]]:
+    def waiting(self, request_id: str) -> Iterator[asyncio.Future[Any]]:
         """Register a future for ``request_id`` for the duration of the block."""
-        loop = asyncio.get_running_loop()
-        future: asyncio.Future[None] = loop.create_future()
-        with self._lock:
-            self._waiters[request_id].append((loop, future))
+        future = self.add(request_id)
         try:
             yield future
         finally:
-            self._forget(request_id, future)
+            self.discard(request_id, future)
 
-    def notify(self, request_id: str) -> None:
-        """Wake every waiter of ``request_id`` (thread-safe)."""
+    def add(self, request_id: str) -> asyncio.Future[Any]:
+        """Register a future of the running loop for ``request_id``; :meth:`discard` it."""
+        loop = asyncio.get_running_loop()
+        future: asyncio.Future[Any] = loop.create_future()
+        with self._lock:
+            self._waiters[request_id].append((loop, future))
+        return future
+
+    def notify(self, request_id: str, value: Any = None) -> None:
+        """Wake every waiter of ``request_id`` with ``value`` (thread-safe)."""
         with self._lock:
             waiters = self._waiters.pop(request_id, [])
         for loop, future in waiters:
-            resolve_soon(loop, future)
+            resolve_soon(loop, future, value)
 
     def __bool__(self) -> bool:
         with self._lock:
             return bool(self._waiters)
 
-    def _forget(self, request_id: str, future: asyncio.Future[None]) -> None:
+    def discard(self, request_id: str, future: asyncio.Future[Any]) -> None:
+        """Forget ``future`` (woken or not)."""
         with self._lock:
             waiters = self._waiters.get(request_id)
             if waiters is None:
