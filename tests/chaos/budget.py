@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-BUDGET = float(os.environ.get("CHAOS_BUDGET", "1200"))
+BUDGET = float(os.environ.get("CHAOS_BUDGET", "1500"))
 #: Start-up, warm-up and teardown of one scenario, outside its cap.
 OVERHEAD = 20.0
 #: A scenario needs at least this much workload time to mean anything.
