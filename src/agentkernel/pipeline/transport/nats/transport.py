@@ -208,6 +208,10 @@ class NatsTransport(QueueTransport):
                 self._provisioner.own(queue)
                 self._owned.add(queue)
 
+    def owner_lease(self, queue: QueueName) -> float:
+        """Seconds a partition's ownership lasts unrenewed: the owners stream's ``max_age``."""
+        return self._provisioner.ensure_owners(queue)
+
     def _fault(self, queue: QueueName) -> tuple[str, str]:
         """What the watch finds wrong with ``queue`` now: (for sending, for fetching only)."""
         sending = self._provisioner.stream_problem(queue)
