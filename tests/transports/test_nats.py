@@ -54,9 +54,6 @@ class TestNatsTransportContract(QueueTransportContract):
     ack_wait = 2.0
     dedup_window = 2.0
     fetch_wait = 8.0
-    # JetStream acknowledges by stream sequence, so an ack sent with the handle of an earlier
-    # delivery still acknowledges the redelivered copy; there is no delivery-scoped receipt.
-    stale_handle_inert = False
     undecodable_kinds = NATS_KINDS
 
     @pytest.fixture(autouse=True)
@@ -67,7 +64,8 @@ class TestNatsTransportContract(QueueTransportContract):
         return NatsTransport(settings(self.url), {QueueName.INPUT: 10, QueueName.OUTPUT: 10})
 
     def distinct_groups(self, n: int) -> list[str]:
-        # One message per partition is in flight, so parallel sessions need distinct partitions.
+        # Sessions of one partition run in parallel too; distinct partitions also cover the
+        # cases where two consumers each own some of them.
         return distinct_partition_groups(n, partitions=4)
 
     def send_undecodable(

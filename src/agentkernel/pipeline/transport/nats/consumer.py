@@ -17,9 +17,8 @@ from nats.js.errors import NotFoundError
 
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
-from agentkernel.pipeline.transport.nats.book import REMOTE, Book, Entry, session_key
+from agentkernel.pipeline.transport.nats.book import Book, Entry, session_key
 from agentkernel.pipeline.transport.nats.envelope import (
     ENVELOPE_HEADER,
     decode_envelope,
@@ -28,6 +27,8 @@ from agentkernel.pipeline.transport.nats.envelope import (
 from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 from agentkernel.pipeline.transport.nats.owners import Owners
 from agentkernel.pipeline.transport.nats.pull import Inbox, partition_of_reply
+from agentkernel.pipeline.transport.nats.settle import Settling
+from agentkernel.pipeline.transport.nats.takeover import take_over
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.nats import NatsTransport
@@ -49,7 +50,7 @@ STUCK_CHECK_SECONDS = 0.25
 REFRESH_AFTER_SECONDS = 1.0
 
 
-class NatsConsumer(TransportConsumer):
+class NatsConsumer(Settling):
     """Owns a share of the partitions (see :mod:`.owners`) and pulls only from those.
 
     Each owned partition has one long poll open; what arrives is kept in the partition's
@@ -89,6 +90,9 @@ class NatsConsumer(TransportConsumer):
         self._housekeeping: asyncio.Task[None] | None = None
         transport.run(self._start(), self._settings.request_timeout * 4)
 
+    def _run(self, coro: Any) -> Any:
+        return self._transport.run(coro)
+
     @property
     def lease_seconds(self) -> float:
         return self._settings.ack_wait
@@ -98,7 +102,7 @@ class NatsConsumer(TransportConsumer):
         """Messages received and not handed out (for tests and metrics)."""
         return int(self._transport.run(self._count_waiting()))
 
-    async def _count_waiting(self) -> int:
+    async def _count_waiting(self) -> int:  # on the loop, where the books change
         return self._waiting()
 
     def _waiting(self) -> int:
@@ -118,33 +122,9 @@ class NatsConsumer(TransportConsumer):
     # -- ownership (on the connection's loop) ---------------------------------------------------
 
     async def _gained(self, partition: int) -> None:
-        """Take a partition over: note what is pending from before, then start pulling.
-
-        Every message a former owner was delivered and did not settle is pending in the
-        work-queue stream at a sequence the partition consumer already delivered; each one holds
-        its session's later messages here until it is delivered here or gone from the stream.
-        """
-        durable = f"{self._stream}-p{partition}"
-        info = await self._js.consumer_info(self._stream, durable)
-        delivered = info.delivered.stream_seq if info.delivered else 0
-        cursor = (info.ack_floor.stream_seq if info.ack_floor else 0) + 1
-        book = Book(partition)
-        now = self._loop.time()
-        while cursor <= delivered:
-            try:
-                raw = await self._js.get_msg(
-                    self._stream, seq=cursor, subject=f"{self._prefix}.{partition}", next=True
-                )
-            except NotFoundError:
-                break
-            if raw.seq is None or raw.seq > delivered:
-                break
-            try:
-                group, _ = decode_envelope((raw.headers or {}).get(ENVELOPE_HEADER))
-            except ValueError:
-                group = None
-            book.blocker(raw.seq, session_key(group, raw.seq), now)
-            cursor = raw.seq + 1
+        """Take a partition over (see :mod:`.takeover`), then pull from it."""
+        subject = f"{self._prefix}.{partition}"
+        book = await take_over(self._js, self._stream, subject, partition, self._loop.time())
         self._books[partition] = book
         if book.entries:
             logger.info(
@@ -350,74 +330,6 @@ class NatsConsumer(TransportConsumer):
         return received_message(msg, self._stream, self._transport.stream_unit(self._queue))
 
     # -- settling ---------------------------------------------------------------------------------
-
-    def _entry(self, msg: Any) -> tuple[Book | None, Entry | None, bool]:
-        """The book and entry of a handed-out delivery, and whether its handle is stale (a
-        newer delivery of the message is current here)."""
-        book = self._books.get(partition_of_reply(msg.subject))
-        seq = int(msg.metadata.sequence.stream)
-        entry = book.entries.get(seq) if book is not None else None
-        stale = (
-            entry is not None
-            and entry.state != REMOTE
-            and (entry.delivery != int(msg.metadata.num_delivered))
-        )
-        return book, entry, stale
-
-    def ack(self, message: QueueMessage) -> None:
-        """Settle the message here at once and send the ack (confirmed by a background task).
-
-        Raises:
-            TransportError: the connection's loop is gone (the transport was reset).
-        """
-        try:
-            self._loop.call_soon_threadsafe(self._ack, message.native)
-        except RuntimeError as exc:
-            raise TransportError(f"NATS connection of {self._stream} is closed") from exc
-
-    def _ack(self, msg: Any) -> None:
-        book, entry, stale = self._entry(msg)
-        if stale:
-            logger.debug("ignoring the ack of %s: a stale handle", message_id(msg))
-            return
-        if book is not None and entry is not None:
-            book.remove(entry.seq)
-            self._changed.set()
-        self._acks.send(msg)
-
-    def nack(self, message: QueueMessage) -> None:
-        self._transport.run(self._give_back(message.native, self._settings.retry_backoff or None))
-
-    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
-        """``nak`` with the delay: JetStream redelivers the message after it; the session's
-        later messages wait here meanwhile."""
-        self._transport.run(self._give_back(message.native, delay_seconds))
-        return True
-
-    async def _give_back(self, msg: Any, delay: float | None) -> None:
-        book, entry, stale = self._entry(msg)
-        if stale:
-            return
-        if book is not None and entry is not None:
-            book.give_back(entry.seq, entry.delivery, self._loop.time())
-        await msg.nak(delay=delay)
-
-    def dead_letter(self, message: QueueMessage) -> None:
-        """Terminate redelivery of the message, and wait for the server to confirm it."""
-        self._transport.run(self._terminate(message.native))
-
-    async def _terminate(self, msg: Any) -> None:
-        book, entry, stale = self._entry(msg)
-        if stale:
-            return
-        await self._nc.request(msg.reply, b"+TERM", self._settings.request_timeout)
-        if book is not None and entry is not None:
-            book.remove(entry.seq)
-            self._changed.set()
-
-    def extend_lease(self, message: QueueMessage) -> None:
-        self._transport.run(message.native.in_progress())
-
     # -- stopping ---------------------------------------------------------------------------------
 
     def stop_fetching(self) -> list[QueueMessage]:
