@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
 import logging
 import time
 from typing import TYPE_CHECKING, Any
@@ -165,7 +166,8 @@ class NatsConsumer(Settling):
         if self._inbox is not None:
             self._retire(self._inbox.sub)
         inbox = Inbox(self._nc.new_inbox(), self._nc.stats["reconnects"])
-        inbox.sub = await self._nc.subscribe(f"{inbox.inbox}.*", cb=self._on_reply)
+        reply = functools.partial(self._on_reply, inbox)
+        inbox.sub = await self._nc.subscribe(f"{inbox.inbox}.*", cb=reply)
         self._inbox = inbox
 
     def _pull(self, partition: int) -> None:
@@ -188,15 +190,11 @@ class NatsConsumer(Settling):
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
-    async def _on_reply(self, msg: Any) -> None:
-        inbox = self._inbox
+    async def _on_reply(self, inbox: Inbox, msg: Any) -> None:
+        """A message (its subject is the partition's) or a status (to ``<inbox>.<partition>``)."""
         partition = partition_of_reply(msg.subject)
         status = (msg.headers or {}).get("Status")
-        ended = (
-            inbox is not None
-            and msg.subject.startswith(inbox.inbox)
-            and inbox.answered(partition, status)
-        )
+        ended = inbox is self._inbox and inbox.answered(partition, status)
         if status is None:
             self._receive(partition, msg)
         if ended:
