@@ -72,6 +72,7 @@ class NatsConsumer(Settling):
         self._loop = transport.conn.loop.loop  # a reset transport's loop is closed, not renewed
         self._books: dict[int, Book] = {}
         self._late: list[Entry] = []  # handed to the drain after fetching stopped
+        self._drained: dict[int, Book] = {}  # handed back while draining: run out by the drain
         self._inbox: Inbox | None = None
         self._retiring: set[asyncio.Task[None]] = set()
         self._changed: asyncio.Event = transport.run(_new_event())
@@ -148,12 +149,12 @@ class NatsConsumer(Settling):
         book = self._books.pop(partition, None)
         if book is None:
             return
-        waiting = list(book.waiting())
         if self._fetching_stopped and not self._closed:  # the drain runs what it can
-            heads = book.take(len(waiting), self._loop.time())
-            self._late += heads
-            waiting = [e for e in waiting if e not in heads]
-        for entry in waiting:
+            self._late += book.take(book.runnable, self._loop.time())
+            self._drained[partition] = book  # the rest as their turns before them settle
+            self._changed.set()
+            return
+        for entry in list(book.waiting()):
             logger.info(
                 "giving back %s: partition %s changes owner", message_id(entry.msg), partition
             )
@@ -199,8 +200,8 @@ class NatsConsumer(Settling):
             self._receive(partition, msg)
         if ended:
             self._changed.set()
-            if status in (None, "408") and self._wanted_until > self._loop.time():
-                self._pull(partition)  # a fetch still waits (else: after a 409, next fetch)
+            if status == "408" and self._wanted_until > self._loop.time():
+                self._pull(partition)  # a fetch still waits for its first message
 
     def _receive(self, partition: int, msg: Any) -> None:
         book = self._books.get(partition)
@@ -254,7 +255,7 @@ class NatsConsumer(Settling):
     def _keep_leases(self, now: float) -> None:
         """Restart the lease of each message waiting here longer than a third of it."""
         every = self._settings.ack_wait / 3
-        for book in self._books.values():
+        for book in [*self._books.values(), *self._drained.values()]:
             for entry in book.waiting():
                 if now - entry.touched >= every:
                     entry.touched = now
@@ -333,18 +334,23 @@ class NatsConsumer(Settling):
     def stop_fetching(self) -> list[QueueMessage]:
         """Hand the partitions back now; returns the messages that were delivered here, not
         handed out and first in their session, for the drain to run (given back, each would
-        cost a delivery). The rest are given back."""
+        cost a delivery). Called again during the drain, returns those whose turn before them
+        has been settled since; what is left at ``close`` is given back. The partitions' new
+        owners hold those sessions until then (see :mod:`.takeover`)."""
         with contextlib.suppress(TransportError):
             entries = self._transport.run(self._stop_fetching(), PULL_SECONDS * 4 + 5)
             return [self._decode(entry.msg) for entry in entries]
         return []
 
     async def _stop_fetching(self) -> list[Entry]:
-        self._fetching_stopped = True
         now = self._loop.time()
-        for book in self._books.values():
+        if not self._fetching_stopped:
+            self._fetching_stopped = True
+            for book in self._books.values():
+                self._late += book.take(book.runnable, now)
+            await self._owners.stop()
+        for book in self._drained.values():
             self._late += book.take(book.runnable, now)
-        await self._owners.stop()
         late, self._late = self._late, []
         return late
 
@@ -364,6 +370,11 @@ class NatsConsumer(Settling):
         await self._owners.stop()
         if self._housekeeping is not None:
             self._housekeeping.cancel()
+        for book in self._drained.values():  # the drain did not get to them
+            for entry in list(book.waiting()):
+                logger.info("giving back %s: the drain ended first", message_id(entry.msg))
+                await _nak(entry.msg)
+        self._drained = {}
         if self._acks.pending:
             await asyncio.wait(set(self._acks.pending), timeout=self._settings.request_timeout)
         if self._inbox is not None:

@@ -31,6 +31,7 @@ class Settling(TransportConsumer):
     _nc: Any
     _loop: asyncio.AbstractEventLoop
     _books: dict[int, Book]
+    _drained: dict[int, Book]
     _changed: asyncio.Event
     _acks: Acks
 
@@ -40,7 +41,8 @@ class Settling(TransportConsumer):
     def _entry(self, msg: Any) -> tuple[Book | None, Entry | None, bool]:
         """The book and entry of a handed-out delivery, and whether its handle is stale (a
         newer delivery of the message is current here)."""
-        book = self._books.get(partition_of_reply(msg.subject))
+        partition = partition_of_reply(msg.subject)
+        book = self._books.get(partition) or self._drained.get(partition)
         seq = int(msg.metadata.sequence.stream)
         entry = book.entries.get(seq) if book is not None else None
         stale = (
