@@ -27,7 +27,12 @@ from agentkernel.pipeline.transport.nats.envelope import (
 )
 from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 from agentkernel.pipeline.transport.nats.owners import Owners
-from agentkernel.pipeline.transport.nats.pull import Inbox, partition_of_reply
+from agentkernel.pipeline.transport.nats.pull import (
+    LONG_POLL_SECONDS,
+    Inbox,
+    partition_of_reply,
+    status_of,
+)
 from agentkernel.pipeline.transport.nats.settle import Settling
 from agentkernel.pipeline.transport.nats.takeover import take_over
 
@@ -168,7 +173,7 @@ class NatsConsumer(Settling):
             self._retire(self._inbox.sub)
         inbox = Inbox(self._nc.new_inbox(), self._nc.stats["reconnects"])
         reply = functools.partial(self._on_reply, inbox)
-        inbox.sub = await self._nc.subscribe(f"{inbox.inbox}.*", cb=reply)
+        inbox.sub = await self._nc.subscribe(f"{inbox.inbox}.>", cb=reply)
         self._inbox = inbox
 
     def _pull(self, partition: int) -> None:
@@ -179,28 +184,31 @@ class NatsConsumer(Settling):
         if inbox is None or partition in inbox.open or self._fetching_stopped or self._closed:
             return
         claim = self._owners.claims.get(partition)
-        if claim is None or partition not in self._books or self._waiting() >= MAX_WAITING:
+        if claim is None or partition not in self._books:
             return
         wait = max(self._wanted_until - now, MIN_PULL_SECONDS)
         expires = min(wait, PULL_SECONDS, claim.until - now - PULL_MARGIN_SECONDS)
         if expires < MIN_PULL_SECONDS:
             return  # the belief ends soon: the next renewal lets it pull again
-        body = inbox.request(partition, min(self._wanted, PULL_BATCH), expires, now)
+        reply, body = inbox.request(partition, min(self._wanted, PULL_BATCH), expires, now)
         subject = f"$JS.API.CONSUMER.MSG.NEXT.{self._stream}.{self._stream}-p{partition}"
-        task = asyncio.ensure_future(self._nc.publish(subject, body, f"{inbox.inbox}.{partition}"))
+        task = asyncio.ensure_future(self._nc.publish(subject, body, reply))
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
 
     async def _on_reply(self, inbox: Inbox, msg: Any) -> None:
-        """A message (its subject is the partition's) or a status (to ``<inbox>.<partition>``)."""
-        partition = partition_of_reply(msg.subject)
+        """A message (its subject is the partition's) or a status (to its request's subject)."""
         status = (msg.headers or {}).get("Status")
-        ended = inbox is self._inbox and inbox.answered(partition, status)
+        if status is None:
+            partition, number = partition_of_reply(msg.subject), None
+        else:
+            partition, number = status_of(msg.subject)
+        ended = inbox is self._inbox and inbox.answered(partition, status, number)
         if status is None:
             self._receive(partition, msg)
         if ended:
             self._changed.set()
-            if status == "408" and self._wanted_until > self._loop.time():
+            if status == "408" and self._wanted_until > self._loop.time() + LONG_POLL_SECONDS:
                 self._pull(partition)  # a fetch still waits for its first message
 
     def _receive(self, partition: int, msg: Any) -> None:
@@ -239,7 +247,7 @@ class NatsConsumer(Settling):
                             self._stream,
                             partition,
                         )
-                if self._wanted_until > now:
+                if self._wanted_until > now and self._waiting() < MAX_WAITING:
                     for partition in list(self._books):
                         self._pull(partition)
                 await self._owners.expire(now)  # also when renewals stall
@@ -294,8 +302,9 @@ class NatsConsumer(Settling):
                 if out or self._closed or self._fetching_stopped:
                     return out
                 self._wanted, self._wanted_until = batch, deadline
-                for partition in list(self._books):
-                    self._pull(partition)
+                if self._waiting() < MAX_WAITING:  # else: hand those out first
+                    for partition in list(self._books):
+                        self._pull(partition)
                 left = deadline - self._loop.time()
                 if left <= 0:
                     return out
