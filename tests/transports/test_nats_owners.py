@@ -23,6 +23,7 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
+from agentkernel.pipeline.transport.nats.pull import Inbox
 from tests.transports.test_nats import settings
 
 pytestmark = pytest.mark.nats
@@ -269,3 +270,38 @@ def test_the_partition_consumers_get_the_configured_max_ack_pending(nats_url: st
         transport.conn.js.consumer_info(config.input_stream, f"{config.input_stream}-p0")
     )
     assert info.config.max_ack_pending == 7
+
+
+def test_a_long_poll_whose_answer_never_arrives_does_not_stall_its_partition(
+    nats_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Seen on nats-server 2.9.10 (issue 30): a long poll whose answer (a message or its 408)
+    never came left its partition counted as asked for, so it was never asked again. The
+    server's race cannot be staged, so one real 408 is dropped on arrival here; everything
+    else is the real server's."""
+    dropped: list[int | None] = []
+    answered = Inbox.answered
+
+    def losing_the_first_408(
+        inbox: Inbox, partition: int, status: str | None, n: int | None
+    ) -> bool:
+        if not dropped and status == "408":
+            dropped.append(n)
+            return False
+        return answered(inbox, partition, status, n)
+
+    monkeypatch.setattr(Inbox, "answered", losing_the_first_408)
+    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=2.0))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    assert consumer.fetch(1, 0.5) == []  # long-polls the empty partition, whose 408 is lost
+    deadline = time.monotonic() + 5
+    while not dropped:
+        assert time.monotonic() < deadline, "the long poll was never answered"
+        time.sleep(0.01)
+    send(transport, ("next", "g"))
+    got: list[QueueMessage] = []
+    deadline = time.monotonic() + 6  # a lost answer costs LOST_ANSWER_SECONDS, not forever
+    while not got and time.monotonic() < deadline:
+        got = consumer.fetch(1, 0.5)  # back to back, as a consumer thread fetches
+    assert seen(got) == [("next", 1)]
+    consumer.ack(got[0])
