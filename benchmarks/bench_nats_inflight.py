@@ -26,6 +26,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -36,6 +37,7 @@ from bench_scaleout import (
     Servers,
     cpu_seconds,
     free_port,
+    machine_busy,
     read_head,
     wait_healthy,
 )
@@ -123,9 +125,14 @@ def measure(servers: Servers, src: str, runners: int, sessions: int, args: Any) 
             )
         asyncio.run(drive(port, sessions, 3.0 + 2 * args.turn, "warm"))  # every runner in
         pids = [p.pid for p in procs] + [servers.procs["broker"].pid, servers.procs["redis"].pid]
-        cpu_before = sum(map(cpu_seconds, pids))
+        io_before = cpu_seconds(io.pid)
+        cpu_before, busy_before = sum(map(cpu_seconds, pids)), machine_busy()
+        client_before = time.process_time()
         results = asyncio.run(drive(port, sessions, args.duration, uuid.uuid4().hex[:6]))
         cpu = sum(map(cpu_seconds, pids)) - cpu_before
+        io_cpu = cpu_seconds(io.pid) - io_before
+        client = time.process_time() - client_before
+        busy_after = machine_busy()
     finally:
         for proc in procs:
             proc.terminate()
@@ -141,6 +148,9 @@ def measure(servers: Servers, src: str, runners: int, sessions: int, args: Any) 
         "p50": statistics.median(ok) if ok else float("nan"),
         "p99": ok[int(0.99 * (len(ok) - 1))] if ok else float("nan"),
         "cpu_ms_per_turn": 1000 * cpu / max(len(ok), 1),
+        "ours_cores": (cpu + client) / args.duration,  # with the load generator
+        "io_cores": io_cpu / args.duration,
+        "machine_busy": (busy_after[0] - busy_before[0]) / max(busy_after[1] - busy_before[1], 1),
     }
 
 
@@ -176,7 +186,8 @@ def main() -> None:
         print(
             f"| {r['code']} | {r['sessions']} | {r['runners']} | {r['turns_per_s']:.0f} | "
             f"{r['turns_per_s'] / r['ideal']:.2f} | {r['p50']:.2f} | {r['p99']:.2f} | "
-            f"{r['errors']} | {r['cpu_ms_per_turn']:.1f} |"
+            f"{r['errors']} | {r['cpu_ms_per_turn']:.1f} | {r['ours_cores']:.2f} | "
+            f"{r['io_cores']:.2f} | {100 * r['machine_busy']:.0f} |"
         )
 
 
