@@ -305,3 +305,21 @@ def test_a_long_poll_whose_answer_never_arrives_does_not_stall_its_partition(
         got = consumer.fetch(1, 0.5)  # back to back, as a consumer thread fetches
     assert seen(got) == [("next", 1)]
     consumer.ack(got[0])
+
+
+def test_consumers_of_the_layout_with_one_message_per_partition_are_upgraded(
+    nats_url: str,
+) -> None:
+    """Before issue 30 every partition consumer had max_ack_pending 1; a new process consuming
+    the queue raises it (auto_provision), and a process still running with the old settings
+    is told so by its watch (it stops fetching)."""
+    old = settings(nats_url, max_ack_pending=1)
+    veteran = NatsTransport(old)
+    veteran.create_consumer(QueueName.INPUT).close()
+    durable = f"{old.input_stream}-p0"
+    upgraded = NatsTransport(old.model_copy(update={"max_ack_pending": 128}))
+    upgraded.create_consumer(QueueName.INPUT).close()
+    info = upgraded.run(upgraded.conn.js.consumer_info(old.input_stream, durable))
+    assert info.config.max_ack_pending == 128
+    veteran._watch.check_now()
+    assert "max_ack_pending 128 (configured: 1)" in veteran.fetch_fault(QueueName.INPUT)
