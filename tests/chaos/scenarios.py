@@ -39,8 +39,8 @@ POISON_CAP = CAP + 2 * MAX_WAIT
 #: The product's default lease (NATS ack_wait, SQS visibility timeout), in seconds.
 DEFAULT_LEASE = 30.0
 #: On NATS a session that shares the poison turn's partition waits behind each of its crashes
-#: (one lease each: one message per partition is in flight), so the poison scenario's bound is
-#: two leases longer.
+#: (one lease each: the partition's owner runs them side by side, and the turn crashes each
+#: owner in turn), so the poison scenario's bound is two leases longer.
 POISON_MAX_WAIT = MAX_WAIT + 2 * DEFAULT_LEASE
 WARM_UP_SECONDS = 60.0
 #: Where the tally lines of a pytest run are collected for the summary.

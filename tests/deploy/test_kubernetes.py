@@ -10,6 +10,7 @@ from kubernetes_validate import SchemaNotFoundError, validate
 
 from agentkernel.core.config import AKConfig
 from agentkernel.pipeline.process import io_handler
+from agentkernel.pipeline.transport.nats.owners import lease_seconds
 from tests.deploy import artifacts as a
 
 KUBERNETES_VERSION = "1.30.0"  # oldest minor still in the providers' support windows
@@ -135,6 +136,14 @@ def test_nats_triggers_watch_every_input_partition_consumer(tmp_path) -> None:
     assert len(found) == nats.partitions
 
 
+def test_nats_runners_at_most_replicas_do_not_outnumber_the_partitions(tmp_path) -> None:
+    """Each partition has one owning consumer: consumers beyond the partitions get no work."""
+    queues = config("nats", tmp_path).execution.queues
+    assert queues.nats is not None
+    spec = a.objects("nats", "ScaledObject")["agentkernel-runner"]["spec"]
+    assert spec["maxReplicaCount"] * queues.input.no_of_consumers <= queues.nats.partitions
+
+
 def test_nats_jetstream_objects_match_what_the_transport_expects(tmp_path) -> None:
     cfg = config("nats", tmp_path)
     queues, nats = cfg.execution.queues, cfg.execution.queues.nats
@@ -145,7 +154,14 @@ def test_nats_jetstream_objects_match_what_the_transport_expects(tmp_path) -> No
         nats.input_stream: (nats.input_subject_prefix, queues.input.max_receive_count),
         nats.output_stream: (nats.output_subject_prefix, queues.output.max_receive_count),
     }
-    assert set(streams) == set(queue_settings)
+    owners = {f"{stream}_OWNERS" for stream in queue_settings}
+    assert set(streams) == set(queue_settings) | owners
+    lease = lease_seconds(nats.ack_wait)  # what the transport provisions; a declared one is read
+    for name in owners:
+        spec = streams[name]
+        assert spec["subjects"] == [f"{name}.>"] and spec["retention"] == "limits"
+        assert spec["maxMsgsPerSubject"] == 1
+        assert spec["maxAge"] == spec["duplicateWindow"] == f"{int(lease // 60)}m{int(lease % 60)}s"
     for stream, (prefix, max_receive_count) in queue_settings.items():
         spec = streams[stream]
         assert spec["subjects"] == [f"{prefix}.>"]
@@ -157,7 +173,7 @@ def test_nats_jetstream_objects_match_what_the_transport_expects(tmp_path) -> No
         for name, consumer in mine.items():
             partition = name.rsplit("-p", 1)[1]
             assert consumer["filterSubject"] == f"{prefix}.{partition}"
-            assert consumer["maxAckPending"] == 1
+            assert consumer["maxAckPending"] == nats.max_ack_pending
             assert consumer["maxDeliver"] == max_receive_count + 1  # NatsTransport.from_config
             assert consumer["ackPolicy"] == "explicit"
             assert consumer["ackWait"] == "5m" and nats.ack_wait == 300.0

@@ -96,7 +96,7 @@ class SQSQueueConfig(Block):
 
 
 class NatsQueueConfig(Block):
-    """NATS JetStream transport with client-side per-session partitions."""
+    """NATS JetStream transport: partitions owned by one consumer at a time, sessions in order."""
 
     url: str = Field("nats://127.0.0.1:4222", description="NATS server URL.")
     input_stream: str = Field("AGENT_REQUESTS", description="JetStream stream of the INPUT queue.")
@@ -106,9 +106,19 @@ class NatsQueueConfig(Block):
     partitions: int = Field(
         32,
         ge=1,
-        description="Partitions per stream; one message per partition is in flight at a time, so "
-        "this bounds the turns running at once across the whole deployment. Every process must use "
-        "the stream's count: another one fails start-up, or /ready within 5 s when it changes.",
+        description="Partitions per stream. Each is owned by one consumer at a time (runner "
+        "replicas x no_of_consumers share them out), which runs each session's turns in order, "
+        "one at a time; so it bounds the consumers that get work, not the turns in flight. Every "
+        "process must use the stream's count: another one fails start-up, or /ready within 5 s "
+        "when it changes.",
+    )
+    max_ack_pending: int = Field(
+        128,
+        ge=1,
+        description="Messages of one partition its owner may hold unacknowledged at once: turns "
+        "running plus turns waiting behind an earlier turn of their session. Bounds the turns in "
+        "flight per partition (partitions x this for the deployment); set on the partition "
+        "consumers by the processes consuming the queue.",
     )
     ack_wait: float = Field(
         30.0,

@@ -41,6 +41,8 @@ POLL_ERROR_BACKOFF_SECONDS = 5.0
 CONSUMER_RETRY_SECONDS = 1.0
 MAX_CONSUMER_RETRY_SECONDS = 30.0
 DRAIN_TIMEOUT_SECONDS = 20.0
+#: How often a drain asks a consumer that hands it messages for those freed since.
+LATE_POLL_SECONDS = 0.1
 
 
 @dataclass(frozen=True)
@@ -291,7 +293,7 @@ class ConsumerLoop:
         still fetching would take the message again, and each bounce costs a delivery.
         """
         began = self._drain_since or time.monotonic()
-        if tracker.wait_idle(self._drain_timeout):
+        if not self._drains_late(consumer, tracker, began + self._drain_timeout):
             return
         with self._fetching_done:
             self._fetching_done.wait_for(
@@ -300,6 +302,30 @@ class ConsumerLoop:
         for message in tracker.pending():
             self.handling.hand_back(consumer, message, time.monotonic() - began)
             tracker.cancel(message)  # its result would no longer count
+
+    def _drains_late(self, consumer: TransportConsumer, tracker: Tracker, deadline: float) -> bool:
+        """Wait until nothing is in hand; returns ``False`` when that happened by ``deadline``.
+
+        A consumer that hands the drain messages (``stop_fetching``) may have more once the
+        ones in hand settle: a session's next turn, delivered here before the drain, can run
+        once the one before it is acked (NATS). Those run here too, in the same bound.
+        """
+        if type(consumer).stop_fetching is TransportConsumer.stop_fetching:
+            return not tracker.wait_idle(max(deadline - time.monotonic(), 0.0))
+        while True:
+            left = deadline - time.monotonic()
+            idle = tracker.wait_idle(max(min(LATE_POLL_SECONDS, left), 0.0))
+            try:
+                late = consumer.stop_fetching()
+            except Exception:
+                logger.warning("stopping the fetches of %s failed", self._queue, exc_info=True)
+                late = []
+            if late:
+                self._run_late(consumer, tracker, late)
+            elif idle:
+                return False
+            elif left <= 0:
+                return True
 
     def _close(self, consumer: TransportConsumer) -> None:
         try:

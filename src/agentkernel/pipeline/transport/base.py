@@ -85,7 +85,9 @@ class TransportConsumer(ABC):
         Returns:
             what the broker had already delivered here and no fetch handed out (requests still
             open when fetching stopped, answered before they could be cancelled). The caller
-            runs them in its drain: giving them back would cost each one a delivery.
+            runs them in its drain: giving them back would cost each one a delivery. The drain
+            calls it again while it waits for the messages in hand, and runs what it returns
+            then too (those whose turn before them has settled since).
         """
         return []
 

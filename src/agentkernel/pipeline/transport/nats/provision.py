@@ -28,6 +28,7 @@ from nats.js.errors import NotFoundError
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.transport.nats.owners import lease_seconds, owners_stream
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.nats.transport import NatsTransport
@@ -137,6 +138,7 @@ class Provisioner:
             AKConfigError: a consumer is missing or differs without ``auto_provision``, or it
                 differs in a setting that cannot change in place.
         """
+        self.ensure_owners(queue)
         existing = self._consumers(queue)
         updated = []
         for partition in range(self._s.partitions):
@@ -167,6 +169,8 @@ class Provisioner:
         A deleted one is recreated with ``auto_provision``. One whose settings another process
         changed is a problem either way: this process would misjudge its leases.
         """
+        if problem := self.owners_problem(queue):
+            return problem
         existing = self._consumers(queue)
         for partition in range(self._s.partitions):
             wanted = self.wanted(queue, partition)
@@ -193,7 +197,88 @@ class Provisioner:
             ack_policy=AckPolicy.EXPLICIT,
             ack_wait=self._s.ack_wait,
             max_deliver=self._t.max_deliver[queue],
-            max_ack_pending=1,
+            max_ack_pending=self._s.max_ack_pending,
+        )
+
+    # -- the owners stream (see .owners) --------------------------------------------------------
+
+    def ensure_owners(self, queue: QueueName) -> float:
+        """Create the queue's owners stream if missing (``auto_provision``); returns its lease.
+
+        Raises:
+            AKConfigError: it is missing without ``auto_provision``, or it cannot fence (no
+                ``max_age``, or more than one record per subject).
+        """
+        info = self._owners_info(queue)
+        if info is None:
+            if not self._s.auto_provision:
+                raise AKConfigError(self._missing_owners(queue))
+            self._t.run(self._t.conn.js.add_stream(self._owners_config(queue)))
+            info = self._owners_info(queue)
+        if problem := self._owners_settings_problem(queue, info):
+            raise AKConfigError(problem)
+        lease = float(info.config.max_age)
+        if lease > self._s.ack_wait:
+            logger.warning(
+                "%s has max_age %ss, over ack_wait %ss: a dead runner's partitions wait that "
+                "long for a new owner",
+                owners_stream(self._t.streams[queue][0]),
+                lease,
+                self._s.ack_wait,
+            )
+        return lease
+
+    def owners_problem(self, queue: QueueName) -> str:
+        """'' while the owners stream can fence; a missing one is recreated if allowed."""
+        info = self._owners_info(queue)
+        if info is None:
+            if not self._s.auto_provision:
+                return self._missing_owners(queue)
+            self._t.run(self._t.conn.js.add_stream(self._owners_config(queue)))
+            logger.warning("recreated NATS stream %s", owners_stream(self._t.streams[queue][0]))
+            return ""
+        return self._owners_settings_problem(queue, info)
+
+    def _owners_config(self, queue: QueueName) -> StreamConfig:
+        name = owners_stream(self._t.streams[queue][0])
+        lease = lease_seconds(self._s.ack_wait)
+        return StreamConfig(
+            name=name,
+            subjects=[f"{name}.>"],
+            retention=RetentionPolicy.LIMITS,
+            storage=StorageType.FILE,
+            max_msgs_per_subject=1,
+            max_age=lease,
+            duplicate_window=lease,
+        )
+
+    def _owners_info(self, queue: QueueName) -> Any:
+        try:
+            name = owners_stream(self._t.streams[queue][0])
+            return self._t.run(self._t.conn.js.stream_info(name), lookup=True)
+        except NotFoundError:
+            return None
+
+    def _owners_settings_problem(self, queue: QueueName, info: Any) -> str:
+        config = info.config
+        name = owners_stream(self._t.streams[queue][0])
+        if not config.max_age or config.max_msgs_per_subject != 1:
+            return (
+                f"execution.queues.nats: stream '{name}' has max_age {config.max_age} and "
+                f"max_msgs_per_subject {config.max_msgs_per_subject}; partition ownership "
+                f"needs max_age > 0 (the ownership lease) and max_msgs_per_subject 1"
+            )
+        return ""
+
+    def _missing_owners(self, queue: QueueName) -> str:
+        name = owners_stream(self._t.streams[queue][0])
+        lease = lease_seconds(self._s.ack_wait)
+        return (
+            f"execution.queues.nats: stream '{name}' (partition ownership) does not exist on "
+            f"{redact_url(self._s.url)}; declare it with subjects ['{name}.>'], retention "
+            f"limits, max_msgs_per_subject 1, max_age {lease:g}s (at most ack_wait), "
+            "duplicate_window at most max_age, file storage; or set auto_provision: true "
+            "for development"
         )
 
     def _add_missing(self, queue: QueueName, wanted: ConsumerConfig) -> None:

@@ -1,11 +1,13 @@
-"""NATS JetStream: per-session order built from partitions on the client side.
+"""NATS JetStream: per-session order from partitions, each owned by one consumer at a time.
 
 Each queue is a work-queue stream. A message goes to subject ``<prefix>.<partition>`` where the
-partition is ``crc32(group_id) % partitions``; each partition has one durable pull consumer with
-``max_ack_pending=1``, so at most one message per partition is in flight across every process.
-That keeps a session's turns in order and one at a time, and it also means the number of
-partitions bounds how many turns the whole deployment runs at once: size it to at least
-``runner replicas x turns you want in flight``.
+partition is ``crc32(group_id) % partitions``; each partition has one durable pull consumer
+(``max_ack_pending`` from the settings). Each partition is owned by one consumer at a time
+(:mod:`.owners`, recorded in the stream ``<stream>_OWNERS``), which alone pulls from it and runs
+each session's messages in stream order, one at a time (:mod:`.book`), while the partition's
+other sessions run in parallel. So the turns in flight grow with the consumers, and the
+partition count bounds how many consumers get work; a new owner holds the sessions a former
+owner left unsettled (:mod:`.takeover`).
 
 Mapping: ``dedup_id`` -> ``Nats-Msg-Id`` (the stream's ``duplicate_window``), ``receive_count`` ->
 ``num_delivered``, lease -> ``ack_wait`` (``extend_lease`` sends in-progress), ``nack`` -> ``nak``
@@ -208,6 +210,10 @@ class NatsTransport(QueueTransport):
                 self._provisioner.own(queue)
                 self._owned.add(queue)
 
+    def owner_lease(self, queue: QueueName) -> float:
+        """Seconds a partition's ownership lasts unrenewed: the owners stream's ``max_age``."""
+        return self._provisioner.ensure_owners(queue)
+
     def _fault(self, queue: QueueName) -> tuple[str, str]:
         """What the watch finds wrong with ``queue`` now: (for sending, for fetching only)."""
         sending = self._provisioner.stream_problem(queue)
@@ -260,7 +266,8 @@ class NatsTransport(QueueTransport):
     def check_consumer_capacity(self, queue: QueueName, num_consumers: int) -> None:
         if num_consumers > self.settings.partitions:
             logger.warning(
-                "%s consumers on %s but only %s NATS partitions: at most %s messages run at once",
+                "%s consumers on %s but only %s NATS partitions: each partition has one owning "
+                "consumer, so at most %s of them get work",
                 num_consumers,
                 queue,
                 self.settings.partitions,
