@@ -21,7 +21,7 @@ import pytest
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
-from agentkernel.pipeline.transport.nats import NatsTransport
+from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.pull import Inbox
 from tests.transports.test_nats import settings
@@ -216,6 +216,30 @@ def test_partitions_are_shared_out_and_handed_back_at_close(nats_url: str) -> No
     while len(second.owned) != 4:  # type: ignore[attr-defined]
         assert time.monotonic() < deadline, "the partitions were not handed back"
         time.sleep(0.05)
+    second.close()
+
+
+def test_a_consumer_above_its_share_hands_back_an_idle_partition_not_a_busy_one(
+    nats_url: str,
+) -> None:
+    """A partition handed back gives its waiting messages back, a delivery each: when a second
+    consumer joins, the first keeps the partition whose turn runs (and whose next message
+    waits) and hands back the idle one."""
+    transport = NatsTransport(settings(nats_url, partitions=2, ack_wait=30.0))
+    busy = partition_of("a", 2)
+    send(transport, ("a1", "a"), ("a2", "a"))
+    first = transport.create_consumer(QueueName.INPUT)
+    [a1] = fetch_all(first, 1, timeout=5.0)
+    assert first.fetch(2, 0.5) == []  # a2 arrived and waits behind a1
+    second = transport.create_consumer(QueueName.INPUT)
+    deadline = time.monotonic() + 10
+    while second.owned != [1 - busy]:  # type: ignore[attr-defined]
+        assert time.monotonic() < deadline, ("not shared out", second.owned)  # type: ignore[attr-defined]
+        time.sleep(0.05)
+    assert first.owned == [busy]  # type: ignore[attr-defined]
+    first.ack(a1)
+    assert seen(fetch_all(first, 1, timeout=5.0)) == [("a2", 1)]  # never given back
+    first.close()
     second.close()
 
 

@@ -93,6 +93,7 @@ class NatsConsumer(Settling):
             transport.owner_lease(queue),
             self._gained,
             self._lost,
+            self._busy,
         )
         self._housekeeping: asyncio.Task[None] | None = None
         transport.run(self._start(), self._settings.request_timeout * 4)
@@ -176,6 +177,12 @@ class NatsConsumer(Settling):
         inbox.sub = await self._nc.subscribe(f"{inbox.inbox}.>", cb=reply)
         self._inbox = inbox
 
+    def _busy(self, partition: int) -> bool:
+        """Whether handing ``partition`` back now would give messages back (see ``Owners``)."""
+        book = self._books.get(partition)
+        open_request = self._inbox is not None and partition in self._inbox.open
+        return open_request or (book is not None and bool(book.entries))
+
     def _pull(self, partition: int) -> None:
         """Ask an owned partition for up to the waiting fetch's demand, for at most the rest of
         its wait (so nothing arrives long after the last fetch: what arrives unasked would
@@ -184,7 +191,7 @@ class NatsConsumer(Settling):
         if inbox is None or partition in inbox.open or self._fetching_stopped or self._closed:
             return
         claim = self._owners.claims.get(partition)
-        if claim is None or partition not in self._books:
+        if claim is None or partition not in self._books or partition in self._owners.leaving:
             return
         wait = max(self._wanted_until - now, MIN_PULL_SECONDS)
         expires = min(wait, PULL_SECONDS, claim.until - now - PULL_MARGIN_SECONDS)

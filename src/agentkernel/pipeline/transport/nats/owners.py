@@ -77,6 +77,10 @@ class Owners:
         gained: awaited when a partition becomes ours (before it is pulled from).
         lost: awaited when a partition stops being ours; ``handing_back`` says we gave it up
             (its record is purged after ``lost`` returns), else the belief ran out.
+        busy: whether a partition still has messages here (running, waiting, or a pull
+            request open). A partition above the fair share is first marked ``leaving`` (no
+            more pulls) and handed back once it is not busy, or after one lease at the most:
+            handing back a busy partition gives its waiting messages back, a delivery each.
     """
 
     def __init__(
@@ -87,6 +91,7 @@ class Owners:
         lease: float,
         gained: Callable[[int], Awaitable[None]],
         lost: Callable[[int, bool], Awaitable[None]],
+        busy: Callable[[int], bool] = lambda partition: False,
     ) -> None:
         self._js = js
         self._stream = owners_stream(stream)
@@ -94,6 +99,10 @@ class Owners:
         self.lease = lease
         self._gained = gained
         self._lost = lost
+        self._busy = busy
+        #: Partitions above the fair share, not pulled from any more: handed back once idle or
+        #: at this loop time.
+        self.leaving: dict[int, float] = {}
         self.member = f"{socket.gethostname()}-{os.getpid()}-{uuid.uuid4().hex[:8]}"
         self.claims: dict[int, Claim] = {}
         self._task: asyncio.Task[None] | None = None
@@ -142,9 +151,7 @@ class Owners:
         subjects = info.state.subjects or {}
         members = max(sum(1 for s in subjects if s.startswith(f"{self._stream}.m.")), 1)
         share = math.ceil(self._partitions / members)
-        if len(self.claims) > share:
-            for partition in sorted(self.claims)[share:]:
-                self.release(partition)
+        if self._shed(share, loop.time()):
             return
         taken = {int(s.rsplit(".", 1)[1]) for s in subjects if s.startswith(f"{self._stream}.p.")}
         order = [(self._offset + i) % self._partitions for i in range(self._partitions)]
@@ -153,6 +160,23 @@ class Owners:
                 break
             if partition not in taken and partition not in self.claims:
                 await self._claim(partition)
+
+    def _shed(self, share: int, now: float) -> bool:
+        """Move toward ``share`` from above: mark the extra partitions (the idle ones first)
+        as leaving, and hand back those no longer busy or leaving for a lease. Returns whether
+        this consumer is above its share."""
+        extra = len(self.claims) - share
+        if extra <= 0:
+            self.leaving.clear()  # the share grew back (a member left): keep pulling
+            return False
+        ordered = sorted(self.claims, key=lambda p: (p not in self.leaving, self._busy(p), p))
+        chosen = ordered[:extra]
+        self.leaving = {p: self.leaving.get(p, now + self.lease) for p in chosen}
+        for partition, deadline in list(self.leaving.items()):
+            if not self._busy(partition) or now >= deadline:
+                del self.leaving[partition]
+                self.release(partition)
+        return True
 
     async def _claim(self, partition: int) -> None:
         sent = asyncio.get_running_loop().time()
@@ -230,12 +254,14 @@ class Owners:
                 await self._drop(partition, handing_back=False)
 
     async def _drop(self, partition: int, handing_back: bool) -> None:
+        self.leaving.pop(partition, None)
         if self.claims.pop(partition, None) is not None:
             await self._lost(partition, handing_back)
 
     def release(self, partition: int) -> None:
         """Hand the partition back: stop using it at once; once its last pull requests ended,
         delete its record, so the next owner need not wait for the lease."""
+        self.leaving.pop(partition, None)
         claim = self.claims.pop(partition, None)
         if claim is None:
             return
