@@ -179,9 +179,10 @@ def main() -> None:
             servers.stop()
     print(f"{args.turn:g} s turns, {args.duration:.0f} s per point, defaults (32 partitions)\n")
     print(
-        "| code | sessions | runners | turns/s | x ideal | p50 s | p99 s | errors | CPU ms/turn |"
+        "| code | sessions | runners | turns/s | x ideal | p50 s | p99 s | errors | CPU ms/turn "
+        "| ours + client, cores | IO, cores | machine busy % |"
     )
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
         print(
             f"| {r['code']} | {r['sessions']} | {r['runners']} | {r['turns_per_s']:.0f} | "
