@@ -34,11 +34,12 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from bench_scaleout import (
+    Result,
     Servers,
     cpu_seconds,
     free_port,
     machine_busy,
-    read_head,
+    session_loop,
     wait_healthy,
 )
 
@@ -69,31 +70,13 @@ def config(servers: Servers, tag: str) -> dict[str, Any]:
     }
 
 
-async def session_loop(port: int, session: str, until: float, out: list[tuple[float, int]]) -> None:
-    reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = json.dumps({"session_id": session, "prompt": "hi", "agent": "turn"}).encode()
-    head = (
-        f"POST /api/v1/chat HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
-        f"Content-Length: {len(body)}\r\n\r\n"
-    ).encode()
-    loop = asyncio.get_running_loop()
-    try:
-        while loop.time() < until:
-            started = loop.time()
-            writer.write(head + body)
-            status, length = await read_head(reader)
-            await reader.readexactly(length)
-            if loop.time() <= until:
-                out.append((loop.time() - started, status))
-    finally:
-        writer.close()
-
-
 async def drive(port: int, sessions: int, seconds: float, tag: str) -> list[tuple[float, int]]:
-    out: list[tuple[float, int]] = []
+    """(latency, status) of the turns answered within ``seconds``."""
+    out: list[Result] = []
     until = asyncio.get_running_loop().time() + seconds
-    await asyncio.gather(*(session_loop(port, f"{tag}-{i}", until, out) for i in range(sessions)))
-    return out
+    turns = (session_loop(port, f"{tag}-{i}", until, out, "turn") for i in range(sessions))
+    await asyncio.gather(*turns)
+    return [(latency, status) for latency, status, answered in out if answered <= until]
 
 
 def spawn(args: list[str], log: Path, src: str, turn: float) -> subprocess.Popen[bytes]:

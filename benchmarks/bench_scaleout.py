@@ -300,10 +300,13 @@ def config(servers: Servers, broker: str, tag: str) -> dict[str, Any]:
 Result = tuple[float, int, float]  # latency s, HTTP status, finished at (loop time)
 
 
-async def session_loop(port: int, session: str, until: float, out: list[Result]) -> None:
-    """Post turns of one session back to back over one keep-alive connection until ``until``."""
+async def session_loop(
+    port: int, session: str, until: float, out: list[Result], agent: str = "wait50"
+) -> None:
+    """Post turns of one session back to back over one keep-alive connection until ``until``;
+    each answered turn adds (latency, status, time answered) to ``out``."""
     reader, writer = await asyncio.open_connection("127.0.0.1", port)
-    body = json.dumps({"session_id": session, "prompt": "hi", "agent": "wait50"}).encode()
+    body = json.dumps({"session_id": session, "prompt": "hi", "agent": agent}).encode()
     head = (
         f"POST /api/v1/chat HTTP/1.1\r\nHost: bench\r\nContent-Type: application/json\r\n"
         f"Content-Length: {len(body)}\r\n\r\n"
