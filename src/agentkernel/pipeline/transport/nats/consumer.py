@@ -29,6 +29,7 @@ from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 from agentkernel.pipeline.transport.nats.owners import Owners
 from agentkernel.pipeline.transport.nats.pull import (
     LONG_POLL_SECONDS,
+    LOST_ANSWER_SECONDS,
     Inbox,
     partition_of_reply,
     status_of,
@@ -54,6 +55,9 @@ MAX_WAITING = 1024
 HOUSEKEEPING_SECONDS = 0.1
 STUCK_CHECK_SECONDS = 0.25
 REFRESH_AFTER_SECONDS = 1.0
+#: An inbox replaced after a reconnect keeps listening this long: a pull sent on it after the
+#: reconnect, before the housekeeping noticed it, is answered there (at most PULL_SECONDS on).
+OLD_INBOX_SECONDS = PULL_SECONDS + LOST_ANSWER_SECONDS
 
 
 class NatsConsumer(Settling):
@@ -79,6 +83,7 @@ class NatsConsumer(Settling):
         self._late: list[Entry] = []  # handed to the drain after fetching stopped
         self._drained: dict[int, Book] = {}  # handed back while draining: run out by the drain
         self._inbox: Inbox | None = None
+        self._old_inboxes: list[tuple[float, Any]] = []  # (unsubscribe at, subscription)
         self._retiring: set[asyncio.Task[None]] = set()
         self._changed: asyncio.Event = transport.run(_new_event())
         self._cursor = 0
@@ -170,8 +175,8 @@ class NatsConsumer(Settling):
     # -- pulling (on the connection's loop) -------------------------------------------------------
 
     async def _open_inbox(self) -> None:
-        if self._inbox is not None:
-            self._retire(self._inbox.sub)
+        if self._inbox is not None:  # what it still receives goes to the books (see _on_reply)
+            self._old_inboxes.append((self._loop.time() + OLD_INBOX_SECONDS, self._inbox.sub))
         inbox = Inbox(self._nc.new_inbox(), self._nc.stats["reconnects"])
         reply = functools.partial(self._on_reply, inbox)
         inbox.sub = await self._nc.subscribe(f"{inbox.inbox}.>", cb=reply)
@@ -247,6 +252,8 @@ class NatsConsumer(Settling):
                 ):
                     self._inbox.open.clear()  # the server forgot the old connection's requests
                     await self._open_inbox()
+                while self._old_inboxes and self._old_inboxes[0][0] <= now:
+                    self._retire(self._old_inboxes.pop(0)[1])
                 if self._inbox is not None:
                     for partition in self._inbox.forget_overdue(now):
                         logger.warning(
@@ -395,6 +402,9 @@ class NatsConsumer(Settling):
             await asyncio.wait(set(self._acks.pending), timeout=self._settings.request_timeout)
         if self._inbox is not None:
             self._retire(self._inbox.sub)
+        for _, sub in self._old_inboxes:
+            self._retire(sub)
+        self._old_inboxes = []
         if self._retiring:
             await asyncio.wait(set(self._retiring), timeout=self._settings.request_timeout)
         with contextlib.suppress(*CLIENT_ERRORS):  # the naks reach the server before we return
