@@ -241,8 +241,7 @@ class NatsTransport(QueueTransport):
     # -- QueueTransport -----------------------------------------------------------------------
 
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
-        ack = self.run(self._publish(queue, message))
-        return None if ack.duplicate else f"{self.streams[queue][0]}:{ack.seq}"
+        return self._sent(queue, self.run(self._publish(queue, message)))
 
     async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
         """Await the publish on the connection's loop: no worker thread in between."""
@@ -254,6 +253,10 @@ class NatsTransport(QueueTransport):
             raise
         with nats_errors("call"):
             ack = await asyncio.wrap_future(future)  # cancelling this cancels the publish
+        return self._sent(queue, ack)
+
+    def _sent(self, queue: QueueName, ack: Any) -> str | None:
+        """What ``send`` returns for the server's publish ack (``None``: a duplicate)."""
         return None if ack.duplicate else f"{self.streams[queue][0]}:{ack.seq}"
 
     def _publish(self, queue: QueueName, message: QueueMessage) -> Coroutine[Any, Any, Any]:
