@@ -69,7 +69,9 @@ class Capabilities(UndecodableCases):
             if getattr(cls, capability) in (False, ())  # None: detected when the case runs
             for case in cases
         }
-        for case in {case for cases in cls._CASES_NEEDING.values() for case in cases}:
+        # In a fixed order (not a set's): the collection order must not depend on the hash
+        # seed, or pytest-xdist's workers collect different lists and refuse to start.
+        for case in dict.fromkeys(c for cases in cls._CASES_NEEDING.values() for c in cases):
             # Set on every class: a case an intermediate class removed comes back for a subclass
             # that declares its capability on (the suite itself lists no undecodable kinds).
             setattr(cls, case, None if case in off else _defined(cls, case))
