@@ -19,6 +19,12 @@ OVERHEAD = 20.0
 #: A scenario needs at least this much workload time to mean anything.
 SHORTEST = 15.0
 STARTED = pytest.StashKey[float]()
+#: Two pytest-xdist workers run the suite (``-n 2 --dist loadgroup``): the scenarios that mostly
+#: wait out leases and crashes (poison, replay) on one, those that load the machine on the
+#: other, so that no two load-heavy scenarios share the two cores. Without ``-n`` the marks do
+#: nothing. Each worker keeps its own budget.
+WAITS = pytest.mark.xdist_group("chaos-waits")
+LOAD = pytest.mark.xdist_group("chaos-load")
 
 
 def cap(config: pytest.Config, wanted: float) -> float:

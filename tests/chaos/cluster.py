@@ -176,16 +176,22 @@ class Cluster:
             self.runners[i].send_signal(signal.SIGKILL)
         self.events.fault(f"kill -9 runner {i}")
 
-    def roll_runner(self, i: int) -> None:
-        """Rolling restart of runner ``i``: start its replacement, then SIGTERM it."""
+    def roll_runner(self, i: int) -> threading.Thread:
+        """Rolling restart of runner ``i``: start its replacement, then SIGTERM it.
+
+        Returns at once, as an orchestrator goes on to the next replica while this one drains
+        (an SQS runner finishes its long poll first: up to 20 s); the returned thread waits for
+        the exit and records it.
+        """
         with self._lock:
-            self._held.add(i)
             old = self.runners[i]
             self.runners[i] = self.deployment.runner(AGENTS)
         self.events.fault(f"SIGTERM runner {i}")
-        self._terminate(old, "runner")
-        with self._lock:
-            self._held.discard(i)
+        waiter = threading.Thread(
+            target=self._terminate, args=(old, "runner"), name=f"drain-runner-{i}", daemon=True
+        )
+        waiter.start()
+        return waiter
 
     def stop_runners(self) -> None:
         """SIGTERM every runner and keep them stopped until :meth:`start_runners`."""

@@ -8,11 +8,10 @@ line as it ends, and all of them are repeated in the summary.
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
-
-from tests.chaos.scenarios import TALLIES
 
 HERE = Path(__file__).parent.resolve()
 
@@ -54,8 +53,33 @@ def _scenario(item: pytest.Item) -> str:
     return "" if callspec is None else "-".join(str(v) for v in callspec.params.values())
 
 
+#: The user property a scenario's tally line travels in (from an xdist worker too).
+TALLY = "chaos tally"
+
+
+@pytest.fixture
+def record_tally(
+    request: pytest.FixtureRequest, capsys: pytest.CaptureFixture[str]
+) -> Callable[[str], None]:
+    """Print a scenario's tally line as it ends, and keep it for the run's summary."""
+
+    def record(line: str) -> None:
+        request.node.user_properties.append((TALLY, line))
+        with capsys.disabled():
+            print(f"\n{line}")
+
+    return record
+
+
 def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
-    lines = terminalreporter.config.stash.get(TALLIES, [])
+    lines = [
+        value
+        for reports in terminalreporter.stats.values()
+        for report in reports
+        if getattr(report, "when", None) == "call"
+        for name, value in getattr(report, "user_properties", ())
+        if name == TALLY
+    ]
     if lines:
         terminalreporter.section("chaos tallies")
         for line in lines:

@@ -18,8 +18,6 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
-
 from tests.chaos.cluster import DRAIN_BOUND, Cluster
 from tests.chaos.trace import write_timelines
 from tests.chaos.workload import Turn, Workload
@@ -43,8 +41,6 @@ DEFAULT_LEASE = 30.0
 #: owner in turn), so the poison scenario's bound is two leases longer.
 POISON_MAX_WAIT = MAX_WAIT + 2 * DEFAULT_LEASE
 WARM_UP_SECONDS = 60.0
-#: Where the tally lines of a pytest run are collected for the summary.
-TALLIES = pytest.StashKey[list[str]]()
 
 FaultScript = Callable[[Cluster, threading.Event], None]
 
@@ -58,11 +54,15 @@ def kill9(cluster: Cluster, stop: threading.Event) -> None:
 
 
 def sigterm_runners(cluster: Cluster, stop: threading.Event) -> None:
-    """A rolling restart: each runner in turn is replaced, then sent SIGTERM."""
+    """A rolling restart: each runner in turn is replaced, then sent SIGTERM, 1.5 s apart; the
+    script ends when the last of them has exited (each exit is judged against the bound)."""
+    draining: list[threading.Thread] = []
     for i in range(cluster.runner_count):
         if stop.wait(1.5):
-            return
-        cluster.roll_runner(i)
+            break
+        draining.append(cluster.roll_runner(i))
+    for waiter in draining:
+        waiter.join()
 
 
 def sigterm_io(cluster: Cluster, stop: threading.Event) -> None:

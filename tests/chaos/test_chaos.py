@@ -8,12 +8,13 @@ from __future__ import annotations
 
 import os
 import shutil
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
 
 from tests.chaos import budget
-from tests.chaos.scenarios import POISON_CAP, TALLIES, TOPOLOGIES, cap_of, run_scenario
+from tests.chaos.scenarios import POISON_CAP, TOPOLOGIES, cap_of, run_scenario
 from tests.chaos.workload import SYNC_TIMEOUT
 
 MARKS = {
@@ -25,7 +26,12 @@ MARKS = {
     "postgres": [pytest.mark.postgres],
 }
 CASES = [
-    pytest.param(topology, scenario, id=f"{topology}-{scenario}", marks=MARKS[topology])
+    pytest.param(
+        topology,
+        scenario,
+        id=f"{topology}-{scenario}",
+        marks=[*MARKS[topology], budget.WAITS if scenario == "poison" else budget.LOAD],
+    )
     for topology, scenarios in TOPOLOGIES.items()
     for scenario in scenarios
 ]
@@ -40,7 +46,7 @@ def test_chaos(
     scenario: str,
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    record_tally: Callable[[str], None],
 ) -> None:
     moto = request.getfixturevalue("moto_server").url if topology == "sqs" else None
     kafka = request.getfixturevalue("tansu_broker").bootstrap if topology == "kafka" else None
@@ -48,9 +54,7 @@ def test_chaos(
     workdir = Path(os.environ.get("CHAOS_WORKDIR", tmp_path)) / f"{topology}-{scenario}"
     shutil.rmtree(workdir, ignore_errors=True)
     tally = run_scenario(topology, scenario, workdir, cap, moto_url=moto, kafka_bootstrap=kafka)
-    request.config.stash.setdefault(TALLIES, []).append(tally.line())  # for the summary
-    with capsys.disabled():
-        print(f"\n{tally.line()}")
+    record_tally(tally.line())
     problems = tally.violations()
     evidence = [f"logs: {workdir / 'logs'}", f"slow turns: {workdir / 'timelines.txt'}"]
     assert not problems, "\n".join([tally.line(), *problems, *evidence])

@@ -26,6 +26,7 @@ import shutil
 import threading
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -39,11 +40,11 @@ from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.watch import CHECK_SECONDS
 from tests.chaos import budget
 from tests.chaos.cluster import AGENTS, Cluster
-from tests.chaos.scenarios import TALLIES, Tally, tally, warm_up
+from tests.chaos.scenarios import Tally, tally, warm_up
 from tests.chaos.trace import PARTITIONS, write_timelines
 from tests.chaos.workload import SYNC_TIMEOUT, Turn, Workload
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis, pytest.mark.nats]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis, pytest.mark.nats, budget.LOAD]
 
 SESSIONS, TURNS = 12, 6
 NEW_PARTITIONS = PARTITIONS // 2
@@ -349,14 +350,12 @@ def run_drift(workdir: Path, cap: float) -> DriftTally:
 
 @pytest.mark.timeout(WANTED + SYNC_TIMEOUT + 120)
 def test_partition_count_changed_under_a_running_io(
-    request: pytest.FixtureRequest, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    request: pytest.FixtureRequest, tmp_path: Path, record_tally: Callable[[str], None]
 ) -> None:
     cap = budget.cap(request.config, WANTED)
     workdir = Path(os.environ.get("CHAOS_WORKDIR", tmp_path)) / "nats-partitions-changed"
     shutil.rmtree(workdir, ignore_errors=True)
     result = run_drift(workdir, cap)
-    request.config.stash.setdefault(TALLIES, []).append(result.line())
-    with capsys.disabled():
-        print(f"\n{result.line()}")
+    record_tally(result.line())
     problems = result.violations()
     assert not problems, "\n".join([result.line(), *problems, f"logs: {workdir / 'logs'}"])

@@ -21,7 +21,7 @@ from tests.test_foreign_messages import Pipeline, Publish, broker, turn_message
 
 __all__ = ["broker"]  # the fixture, shared with the regression test
 
-pytestmark = [pytest.mark.chaos]
+pytestmark = [pytest.mark.chaos, budget.WAITS]
 
 SESSIONS, TURNS, EVERY = 3, 20, 5
 WANTED_CAP = 45.0

@@ -16,6 +16,7 @@ import os
 import shutil
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -24,11 +25,11 @@ from agentkernel.pipeline.transport.nats.transport import partition_of
 from tests.chaos import budget
 from tests.chaos.agents import SLOW
 from tests.chaos.cluster import Cluster
-from tests.chaos.scenarios import TALLIES, Tally, tally, warm_up
+from tests.chaos.scenarios import Tally, tally, warm_up
 from tests.chaos.trace import PARTITIONS
 from tests.chaos.workload import SYNC_TIMEOUT, Turn, Workload
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis, budget.WAITS]
 
 QUICK_TURNS = 70
 #: Seconds the scenario's workload may run: the slow turn (15 s), run again after the kill.
@@ -116,15 +117,13 @@ def test_replay_past_window(
     topology: str,
     request: pytest.FixtureRequest,
     tmp_path: Path,
-    capsys: pytest.CaptureFixture[str],
+    record_tally: Callable[[str], None],
 ) -> None:
     kafka = request.getfixturevalue("tansu_broker").bootstrap if topology == "kafka" else None
     cap = budget.cap(request.config, CAP)
     workdir = Path(os.environ.get("CHAOS_WORKDIR", tmp_path)) / f"{topology}-replay"
     shutil.rmtree(workdir, ignore_errors=True)
     result = run_replay(topology, workdir, cap, kafka)
-    request.config.stash.setdefault(TALLIES, []).append(result.line())
-    with capsys.disabled():
-        print(f"\n{result.line()}")
+    record_tally(result.line())
     problems = result.violations()
     assert not problems, "\n".join([result.line(), *problems, f"logs: {workdir / 'logs'}"])

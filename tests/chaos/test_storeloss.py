@@ -31,10 +31,16 @@ import pytest
 from tests.chaos import budget
 from tests.chaos.cluster import AGENTS, LOG_RECORD, nats_env, stores_env
 from tests.chaos.infra import EphemeralRedis, PrivateNats
-from tests.chaos.scenarios import LOG_RECORDS_PER_PROCESS, TALLIES
+from tests.chaos.scenarios import LOG_RECORDS_PER_PROCESS
 from tests.e2e.deployment import Deployment
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis, pytest.mark.nats]
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.slow,
+    pytest.mark.redis,
+    pytest.mark.nats,
+    budget.WAITS,
+]
 
 SESSIONS = 10
 TURNS_BEFORE = 2
@@ -239,13 +245,11 @@ def test_storeloss(
     fault: Callable[[Split, Tally], None],
     split: Split,
     request: pytest.FixtureRequest,
-    capsys: pytest.CaptureFixture[str],
+    record_tally: Callable[[str], None],
 ) -> None:
     cap = budget.cap(request.config, WANTED)
     tally = run(split, label, fault, cap)
-    request.config.stash.setdefault(TALLIES, []).append(tally.line())
-    with capsys.disabled():
-        print(f"\n{tally.line()}")
+    record_tally(tally.line())
     problems = tally.violations()
     if label == "redis-evicting" and not tally.refused_start.startswith("refused"):
         problems.append(f"a runner started on an evicting Redis: {tally.refused_start}")
