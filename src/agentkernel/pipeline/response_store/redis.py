@@ -315,7 +315,8 @@ class RedisResponseStore(ResponseStore):
                 return
             if self._pubsub is not None:
                 self._pubsub.close()  # the previous listener's connection dropped
-            self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call]
+            # redis-py types pubsub() from 8.2 on; older releases leave it untyped.
+            self._pubsub = self._redis.pubsub(ignore_subscribe_messages=True)  # type: ignore[no-untyped-call, unused-ignore]
             self._pubsub.psubscribe(f"{self._prefix}done:*")
             self._listener = threading.Thread(
                 target=self._listen, args=(self._pubsub,), name="redis-reply-listener", daemon=True
