@@ -29,8 +29,13 @@ _log = RateLimitedLog(logger)
 RETRY_AFTER_PENDING = 1
 
 
-def admit(store: ResponseStore, chat: ChatRequest, request_id: str, owner: str | None) -> None:
+def admit(
+    store: ResponseStore, chat: ChatRequest, request_id: str, owner: str | None, named: bool = True
+) -> None:
     """Keep the ticket of a turn that is about to be enqueued.
+
+    ``named=False`` says ``request_id`` was drawn at random for this turn (no Idempotency-Key):
+    no retry can send it again, so its ticket keeps no fingerprint and none is computed.
 
     Raises:
         HTTPError: 422 ``IDEMPOTENCY_KEY_REUSED`` when ``request_id`` was accepted before for
@@ -38,7 +43,7 @@ def admit(store: ResponseStore, chat: ChatRequest, request_id: str, owner: str |
         StoreFullError: the store refuses writes.
         StoreDataLostError: the store lost its data.
     """
-    ticket = TurnTicket(request_id, chat.session_id, fingerprint(chat), owner)
+    ticket = TurnTicket(request_id, chat.session_id, fingerprint(chat) if named else "", owner)
     try:
         kept = store.accept(ticket)
     except (StoreFullError, StoreDataLostError):

@@ -216,7 +216,15 @@ def turn_message(chat: ChatRequest, request_id: str, attributes: dict[str, str])
 
 def poll_location(session_id: str, request_id: str) -> str:
     """The URL path where the reply of ``request_id`` can be read."""
-    return f"{CHAT_PATH}/{quote(session_id, safe='')}?request_id={quote(request_id, safe='')}"
+    return f"{CHAT_PATH}/{_quoted(session_id)}?request_id={_quoted(request_id)}"
+
+
+#: The characters ``quote`` never escapes: a string of only these is its own quoting.
+_UNRESERVED = re.compile(r"[A-Za-z0-9_.~-]*")
+
+
+def _quoted(text: str) -> str:
+    return text if _UNRESERVED.fullmatch(text) else quote(text, safe="")
 
 
 def wants_async(prefer: str, mode: str) -> bool:

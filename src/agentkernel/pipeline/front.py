@@ -18,6 +18,7 @@ turn twice. Nothing here imports a web framework (a Lambda cold start loads none
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import logging
 import threading
 from collections.abc import AsyncIterator, Mapping
@@ -152,7 +153,7 @@ class ChatFront:
             chat.session_id, chat_call.idempotency_key, owner
         )
         turn = TurnAddress(chat.session_id, request_id)
-        await self._admit(chat, turn, owner)
+        await self._admit(chat, turn, owner, named=not fresh)
         traceparent = traceparent_or_new(chat_call.traceparent)
         if chat_call.stream:
             if fresh or not await self._read(turn):
@@ -338,14 +339,18 @@ class ChatFront:
 
     # -- the steps of a turn ------------------------------------------------------------------
 
-    async def _admit(self, chat: ChatRequest, turn: TurnAddress, owner: str | None) -> None:
-        """Keep the turn's ticket; 422 when its idempotency key was used for other content."""
+    async def _admit(
+        self, chat: ChatRequest, turn: TurnAddress, owner: str | None, named: bool = True
+    ) -> None:
+        """Keep the turn's ticket; 422 when its idempotency key was used for other content
+        (``named=False``: a random request id, which nothing can reuse)."""
         await self.webhooks.check(chat)  # 400 for a webhook this deployment will not call
         try:
             if self.quota.counts(owner):  # no thread hop for a turn nobody counts
                 quota = self.quota.admit
                 await call(self.store.nonblocking, quota, owner, turn.request_id, chat.session_id)
-            await call(self.store.nonblocking, admit, self.store, chat, turn.request_id, owner)
+            store, request_id = self.store, turn.request_id
+            await call(store.nonblocking, admit, store, chat, request_id, owner, named)
         except StoreError as exc:  # full, or lost its data: the turn could not be answered
             raise self._store_error(turn, exc) from exc
 
@@ -422,12 +427,8 @@ class ChatFront:
         attributes = dict(extra or {})
         if owner is not None:
             attributes[ATTR_USER_ID] = owner
-        about = {
-            "agentkernel.request_id": turn.request_id,
-            "agentkernel.session_id": chat.session_id,
-        }
         try:
-            with tracing.span("enqueue", traceparent, "PRODUCER", about, in_span=True) as context:
+            with _enqueue_span(turn, traceparent) as context:
                 attributes[ATTR_TRACEPARENT] = context or traceparent
                 await self._send(turn_message(chat, turn.request_id, attributes))
         except MessageRejectedError as exc:
@@ -453,6 +454,16 @@ class ChatFront:
         else:
             async with asyncio.timeout(self.config.api.enqueue_timeout):  # no task, unlike wait_for
                 await self.transport.send_async(QueueName.INPUT, message)
+
+
+def _enqueue_span(
+    turn: TurnAddress, traceparent: str
+) -> contextlib.AbstractContextManager[str | None]:
+    """The turn's ``enqueue`` span; nothing (not even its attributes) while tracing is off."""
+    if not tracing.recording():
+        return contextlib.nullcontext(traceparent)
+    about = {"agentkernel.request_id": turn.request_id, "agentkernel.session_id": turn.session_id}
+    return tracing.span("enqueue", traceparent, "PRODUCER", about, in_span=True)
 
 
 def _no_request_id() -> HTTPError:

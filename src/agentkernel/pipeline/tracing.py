@@ -27,7 +27,7 @@ import os
 from collections.abc import Iterator, Mapping
 from typing import Any
 
-__all__ = ["export_if_configured", "failed", "flush", "span"]
+__all__ = ["export_if_configured", "failed", "flush", "recording", "span"]
 
 logger = logging.getLogger(__name__)
 
@@ -58,6 +58,12 @@ def _api() -> tuple[Any, Any] | None:
     if _otel is None or isinstance(_otel[0].get_tracer_provider(), _otel[0].ProxyTracerProvider):
         return None  # no provider set: the API would only make no-op spans
     return _otel
+
+
+def recording() -> bool:
+    """Whether :func:`span` records anything (a tracer provider is set): a caller on a hot path
+    asks first, so a turn with tracing off builds no span attributes at all."""
+    return _api() is not None
 
 
 @contextlib.contextmanager

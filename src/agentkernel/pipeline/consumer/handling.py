@@ -296,7 +296,7 @@ class MessageHandling:
     def _span(self, message: QueueMessage) -> contextlib.AbstractContextManager[str | None]:
         """The turn's span on this side of the queue (``run`` on INPUT, ``deliver`` on OUTPUT)."""
         name = SPAN_NAMES.get(self.queue)
-        if name is None:
+        if name is None or not tracing.recording():
             return contextlib.nullcontext(None)
         about: dict[str, str | int] = {
             "messaging.destination.name": self.queue,

@@ -80,17 +80,16 @@ class ChatRoutes:
         """The body, refused past ``api.max_body_bytes`` or ``api.body_timeout`` seconds."""
         api = self.front.config.api
         limit = api.max_body_bytes
-        too_large = HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
         declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
-            raise too_large
+            raise _too_large(limit)
         chunks, size = [], 0
         try:
             async with asyncio.timeout(api.body_timeout):
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > limit:
-                        raise too_large
+                        raise _too_large(limit)
                     chunks.append(chunk)
         except TimeoutError as exc:
             raise HTTPError(
@@ -100,6 +99,10 @@ class ChatRoutes:
                 {"Connection": "close"},
             ) from exc
         return b"".join(chunks)
+
+
+def _too_large(limit: int) -> HTTPError:
+    return HTTPError(413, "BODY_TOO_LARGE", f"request body exceeds {limit} bytes")
 
 
 class SessionRoutes:

@@ -18,7 +18,7 @@ LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 
 
 
 def _labels(labels: dict[str, str]) -> Labels:
-    return tuple(sorted(labels.items()))
+    return tuple(labels.items()) if len(labels) < 2 else tuple(sorted(labels.items()))
 
 
 def _fmt(labels: Labels, extra: tuple[tuple[str, str], ...] = ()) -> str:

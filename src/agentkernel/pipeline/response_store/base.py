@@ -87,7 +87,8 @@ class TurnTicket:
     Attributes:
         request_id: the turn's id (the key).
         session_id: the session the turn belongs to.
-        fingerprint: digest of the turn's content (:func:`agentkernel.pipeline.chat.fingerprint`).
+        fingerprint: digest of the turn's content (:func:`agentkernel.pipeline.chat.fingerprint`);
+            empty for a turn whose id was drawn at random, which no retry can name.
         owner: identity that sent the turn, when authentication is on.
     """
 
