@@ -41,3 +41,21 @@ def test_a_higher_threshold_the_application_set_is_kept() -> None:
 def test_a_disabled_collector_is_left_alone() -> None:
     state = after_tuning("gc.disable()")
     assert (state["threshold"], state["frozen"], state["enabled"]) == (state["before"], 0, False)
+
+
+def test_the_runner_entry_point_tunes_its_process() -> None:
+    # AgentRunner.run() is the process entry of `agentkernel runner`; serve() is replaced so the
+    # child reports the collector's settings at the moment the runner would start consuming.
+    code = (
+        "import gc, json\n"
+        "from agentkernel.pipeline.agent_runner import AgentRunner\n"
+        "def report(self):\n"
+        "    print(json.dumps({'threshold': gc.get_threshold(), 'frozen': gc.get_freeze_count()}))\n"
+        "AgentRunner.serve = report\n"
+        "AgentRunner.run()\n"
+    )
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    state = json.loads(out.stdout.strip().splitlines()[-1])
+    assert state["threshold"][0] == GEN0_THRESHOLD
+    assert state["frozen"] > 1000

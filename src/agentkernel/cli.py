@@ -188,6 +188,7 @@ def _summary(command: str, config: AKConfig) -> None:
 
 
 def _runner(args: argparse.Namespace) -> None:
+    from agentkernel.pipeline.process.collector import tune_for_server
     from agentkernel.pipeline.process.thread_runner import ThreadRunner
 
     config = _configure(args)
@@ -196,6 +197,7 @@ def _runner(args: argparse.Namespace) -> None:
     runner = _started(lambda: _agent_runner(config))
     _summary("runner", config)
     ThreadRunner.install_signal_handlers()
+    tune_for_server()  # the process is the runner's
     runner.serve()
 
 

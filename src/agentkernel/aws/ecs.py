@@ -24,6 +24,7 @@ from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.http.app import RouterSource
+from agentkernel.pipeline.process.collector import tune_for_server
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.process.startup import check_backends, one_line_exit
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
@@ -150,6 +151,7 @@ class ECSAgentRunner(_FromEnvironment, AgentRunner):
             runner = cls.from_environment()
             check_backends(runner.transport, (QueueName.INPUT,), {"session_store": runner.sessions})
         ThreadRunner.install_signal_handlers()
+        tune_for_server()  # the container is the runner's
         runner.serve()
 
 

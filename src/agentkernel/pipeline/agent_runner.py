@@ -55,6 +55,7 @@ from agentkernel.pipeline.envelope import (
 )
 from agentkernel.pipeline.execution import Streamer, execute, turn_of
 from agentkernel.pipeline.last_errors import LastErrors, cause_of
+from agentkernel.pipeline.process.collector import tune_for_server
 from agentkernel.pipeline.process.health_server import HealthServer
 from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
@@ -135,6 +136,7 @@ class AgentRunner(QueueConsumer):
         """
         runner = cls(AKConfig.get(), AgentRegistry.default())
         ThreadRunner.install_signal_handlers()
+        tune_for_server()  # the process is the runner's
         runner.serve()
 
     def serve(self) -> None:
