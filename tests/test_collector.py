@@ -50,7 +50,8 @@ def test_the_runner_entry_point_tunes_its_process() -> None:
         "import gc, json\n"
         "from agentkernel.pipeline.agent_runner import AgentRunner\n"
         "def report(self):\n"
-        "    print(json.dumps({'threshold': gc.get_threshold(), 'frozen': gc.get_freeze_count()}))\n"
+        "    state = {'threshold': gc.get_threshold(), 'frozen': gc.get_freeze_count()}\n"
+        "    print(json.dumps(state))\n"
         "AgentRunner.serve = report\n"
         "AgentRunner.run()\n"
     )
