@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -45,12 +44,6 @@ def one_line_error(done: subprocess.CompletedProcess[str], text: str) -> str:
     assert len(errors) == 1 and text in errors[0], done.stderr
     assert "Traceback" not in done.stderr, done.stderr
     return errors[0]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def start(args: list[str], cwd: Path, env: dict[str, str] | None = None) -> subprocess.Popen[str]:

@@ -7,6 +7,7 @@ server is unavailable a test skips, except under ``CI=true``, where it fails.
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import socket
@@ -28,10 +29,35 @@ def unavailable(reason: str) -> None:
     pytest.skip(reason)
 
 
+#: free_port() hands out ports from a block of its own per pytest-xdist worker, below the
+#: kernel's ephemeral range (32768 and up on Linux), where no outgoing connection and no
+#: ``bind(0)`` lands. A port the kernel picked for ``bind(0)`` and that was let go could be
+#: picked again by another worker before the server meant for it bound it: the test then
+#: talked to another test's server (a 405 from a runner's health port, in CI).
+PORT_BLOCK = 1500
+_FIRST_PORT = 20000
+
+
+def _worker_index() -> int:
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ...; unset when serial
+    return int(worker[2:]) if worker[2:].isdigit() else 0
+
+
+_port_offsets = itertools.count()
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    """A port nothing listens on, which no other worker of this test run hands out."""
+    first = _FIRST_PORT + PORT_BLOCK * (_worker_index() % 8)
+    for _ in range(PORT_BLOCK):
+        port = first + next(_port_offsets) % PORT_BLOCK  # in turn: a freed port waits its turn
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue  # in use, or still in TIME_WAIT
+            return port
+    raise RuntimeError(f"no free port in {first}-{first + PORT_BLOCK - 1}")
 
 
 def port_open(port: int, host: str = "127.0.0.1") -> bool:

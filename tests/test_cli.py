@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import sys
 import threading
@@ -15,14 +14,10 @@ from pathlib import Path
 import httpx
 import pytest
 
+from tests.servers import free_port
+
 ROOT = Path(__file__).resolve().parents[1]
 CLI = [sys.executable, "-m", "agentkernel"]
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 def wait_healthy(url: str, proc: subprocess.Popen[str], timeout: float = 20) -> None:

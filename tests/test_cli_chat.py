@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli_helpers import clean_env, free_port, run, start, stop, wait_healthy
+from tests.cli_helpers import clean_env, run, start, stop, wait_healthy
+from tests.servers import free_port
 
 SLOW_AGENT = """
 import time

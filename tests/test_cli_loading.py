@@ -13,13 +13,13 @@ import pytest
 from tests.cli_helpers import (
     ECHO_AGENT,
     clean_env,
-    free_port,
     one_line_error,
     run,
     start,
     stop,
     wait_healthy,
 )
+from tests.servers import free_port
 
 
 def serve_and_ask(cwd: Path, agents: str, *extra: str, headers: dict[str, str] | None = None):  # type: ignore[no-untyped-def]

@@ -12,6 +12,7 @@ from pathlib import Path
 import httpx
 
 from agentkernel import __version__
+from tests.servers import free_port
 
 
 def run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -75,9 +76,7 @@ def test_serve_prints_a_start_summary_and_with_access_log_one_line_per_request(
     (tmp_path / "agents.py").write_text(
         "from agentkernel import Agent, Module\nModule([Agent('echo', lambda turn: turn.prompt)])\n"
     )
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
+    port = free_port()
     command = [sys.executable, "-m", "agentkernel", "serve", "agents.py", "--port", str(port)]
     server = subprocess.Popen(
         [*command, "--access-log"], cwd=tmp_path, stderr=subprocess.PIPE, text=True

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import httpx
 
-from tests.cli_helpers import free_port, start, stop, wait_healthy
+from tests.cli_helpers import start, stop, wait_healthy
+from tests.servers import free_port
 
 VERSION = (
     "from agentkernel import Agent, Module\nModule([Agent('v', lambda t: '{} ' + t.prompt)])\n"

@@ -11,7 +11,8 @@ import boto3
 import pytest
 
 from tests import servers
-from tests.cli_helpers import ECHO_AGENT, clean_env, free_port, one_line_error, run
+from tests.cli_helpers import ECHO_AGENT, clean_env, one_line_error, run
+from tests.servers import free_port
 
 
 @pytest.fixture

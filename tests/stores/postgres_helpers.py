@@ -49,13 +49,10 @@ class Proxy:
     an outage of the server as its clients see it, without touching the shared server."""
 
     def __init__(self, target_port: int = 5432) -> None:
-        import socket
+        from tests.servers import free_port
 
         self.target = target_port
-        probe = socket.socket()
-        probe.bind(("127.0.0.1", 0))
-        self.port = int(probe.getsockname()[1])
-        probe.close()
+        self.port = free_port()
         self._sockets: list[object] = []
         self._listener: object = None
         self._acceptor: object = None

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import asyncio
-import socket
 import time
 import uuid
 from collections.abc import Callable
@@ -85,9 +84,7 @@ def test_factory_builds_redis(redis_url: str) -> None:
 
 
 def closed_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
+    return servers.free_port()
 
 
 def calls(store: ResponseStore) -> dict[str, Callable[[], object]]:
