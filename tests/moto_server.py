@@ -3,10 +3,13 @@ writes to DynamoDB.
 
 moto's ``receive_message`` reads the set of in-flight message groups once per call and takes no
 lock, so two receive calls that overlap can each take a message from the same group: two turns of
-one session in flight at once, which AWS never does. Short polls (``WaitTimeSeconds=0``) are
-serialised here so concurrent consumers see each other's groups, as on AWS; the lock is held for
-a few milliseconds. Long polls are left as moto has them (their group-lock defect is declared on
-the SQS contract subclass instead of being hidden).
+one session in flight at once, which AWS never does. A long poll keeps that first reading for up
+to 20 s, so it also ignores a group that became busy after it started, and holds back the next
+message of a group that was busy when it started but is free again (a session's next turn then
+waited out the poll: 20 s per turn in the chaos suite's poison scenario). Here every receive is
+serialised, so concurrent consumers see each other's groups, as on AWS (the lock is held for a
+few milliseconds), and a long poll is a series of such short polls, 50 ms apart, until one finds
+a message or the wait is over.
 
 moto's DynamoDB ``update_item`` (and ``put_item``, ``delete_item``) checks the condition, then
 parses and applies the update, with no lock between: two conditional writes of one item that
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import functools
 import threading
+import time
 from typing import Any
 
 from moto.dynamodb.models import DynamoDBBackend
@@ -27,6 +31,8 @@ from moto.server import main
 from moto.sqs.models import SQSBackend
 
 _receive = SQSBackend.receive_message
+#: How often a long poll looks again.
+LONG_POLL_STEP_SECONDS = 0.05
 _lock = threading.Lock()
 
 
@@ -39,10 +45,13 @@ def _serialised_receive(
     *args: Any,
     **kwargs: Any,
 ) -> Any:
-    if wait_seconds_timeout:
-        return _receive(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
-    with _lock:
-        return _receive(self, queue_name, count, wait_seconds_timeout, *args, **kwargs)
+    deadline = time.monotonic() + wait_seconds_timeout
+    while True:
+        with _lock:
+            result = _receive(self, queue_name, count, 0, *args, **kwargs)
+        if result or time.monotonic() >= deadline:
+            return result
+        time.sleep(LONG_POLL_STEP_SECONDS)
 
 
 SQSBackend.receive_message = _serialised_receive  # type: ignore[method-assign]

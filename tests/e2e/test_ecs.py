@@ -136,8 +136,7 @@ def test_the_example_runner_file_runs_unchanged(ecs: EcsDeployment) -> None:
 
 
 def test_order_per_session_across_two_runner_processes(ecs: EcsDeployment) -> None:
-    # Short polls: moto breaks the FIFO group lock for a long poll that is already waiting
-    # (see TestSQSTransportContract); AWS does not.
+    # Short polls, so the burst is spread over both runners' receives at once.
     ecs.runner(batch=1, consumers=2, long_poll=0)
     ecs.runner(batch=1, consumers=2, long_poll=0)
     time.sleep(2.5)  # both runners polling before the burst

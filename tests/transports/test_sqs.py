@@ -53,10 +53,8 @@ class TestSQSTransportContract(QueueTransportContract):
     # moto still accepts a receipt handle from an earlier delivery (AWS rejects it), so a stale
     # ack would delete the redelivered copy; declared until the tests run against real SQS.
     stale_handle_inert = False
-    # moto defect: a long poll that was already waiting when a group's first message arrived
-    # ignores that group's lock for the next message (reproduced against moto 5.2; AWS holds the
-    # lock). Short polls keep it, which the end-to-end ordering test relies on.
-    waiting_consumer_respects_group_lock = False
+    # (moto's long poll ignores a group's lock taken after it started; tests/moto_server.py makes
+    # every long poll a series of serialised short polls, so the contract case runs.)
     # SQS FIFO's SequenceNumber rises per group on AWS, but moto hands out random numbers, so
     # the transport sets no position: a deleted message never comes back, so only a group's
     # latest turn can be delivered again, which the session record's id window recognises.
