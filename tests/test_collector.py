@@ -9,21 +9,30 @@ import sys
 
 from agentkernel.pipeline.process.collector import GEN0_THRESHOLD
 
+#: What a child prints as its last line: the collector's settings at that moment.
+REPORT = (
+    "print(json.dumps({'threshold': gc.get_threshold(), 'frozen': gc.get_freeze_count(), "
+    "'enabled': gc.isenabled(), 'before': before}))"
+)
+
+
+def in_child(code: str) -> dict[str, object]:
+    """Run ``code`` (which ends by printing :data:`REPORT`) in a fresh interpreter."""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    result: dict[str, object] = json.loads(out.stdout.strip().splitlines()[-1])
+    return result
+
 
 def after_tuning(prelude: str) -> dict[str, object]:
-    code = (
+    return in_child(
         "import gc, json\n"
         f"{prelude}\n"
         "before = gc.get_threshold()\n"
         "from agentkernel.pipeline.process.collector import tune_for_server\n"
         "tune_for_server()\n"
-        "print(json.dumps({'threshold': gc.get_threshold(), 'frozen': gc.get_freeze_count(), "
-        "'enabled': gc.isenabled(), 'before': before}))\n"
+        f"{REPORT}\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    result: dict[str, object] = json.loads(out.stdout)
-    return result
 
 
 def test_the_start_up_objects_are_frozen_and_young_collections_are_rarer() -> None:
@@ -46,17 +55,15 @@ def test_a_disabled_collector_is_left_alone() -> None:
 def test_the_runner_entry_point_tunes_its_process() -> None:
     # AgentRunner.run() is the process entry of `agentkernel runner`; serve() is replaced so the
     # child reports the collector's settings at the moment the runner would start consuming.
-    code = (
+    state = in_child(
         "import gc, json\n"
+        "before = gc.get_threshold()\n"
         "from agentkernel.pipeline.agent_runner import AgentRunner\n"
         "def report(self):\n"
-        "    state = {'threshold': gc.get_threshold(), 'frozen': gc.get_freeze_count()}\n"
-        "    print(json.dumps(state))\n"
+        f"    {REPORT}\n"
         "AgentRunner.serve = report\n"
         "AgentRunner.run()\n"
     )
-    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
-    assert out.returncode == 0, out.stderr
-    state = json.loads(out.stdout.strip().splitlines()[-1])
-    assert state["threshold"][0] == GEN0_THRESHOLD
-    assert state["frozen"] > 1000
+    threshold = state["threshold"]
+    assert isinstance(threshold, list) and threshold[0] == GEN0_THRESHOLD
+    assert isinstance(state["frozen"], int) and state["frozen"] > 1000
