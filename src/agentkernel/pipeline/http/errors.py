@@ -15,7 +15,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from agentkernel.pipeline.chat import HTTPError
 from agentkernel.pipeline.process.metrics import METRICS
 
-__all__ = ["install_error_handlers"]
+__all__ = ["error_response", "install_error_handlers"]
 
 
 def install_error_handlers(app: FastAPI) -> None:
@@ -26,8 +26,13 @@ def install_error_handlers(app: FastAPI) -> None:
     app.add_exception_handler(RequestValidationError, _invalid_request)  # type: ignore[arg-type]
 
 
-async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
+def error_response(exc: HTTPError) -> JSONResponse:
+    """The answer to an :class:`HTTPError` a route raised."""
     return JSONResponse(exc.doc, status_code=exc.status, headers=exc.headers)
+
+
+async def _http_error(request: Request, exc: HTTPError) -> JSONResponse:
+    return error_response(exc)
 
 
 async def _internal_error(request: Request, exc: Exception) -> JSONResponse:

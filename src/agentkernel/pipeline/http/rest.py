@@ -16,11 +16,13 @@ import asyncio
 
 from fastapi import Request
 from fastapi.responses import JSONResponse, Response
+from starlette.types import Receive, Scope, Send
 
 from agentkernel.pipeline.chat import HTTPError
 from agentkernel.pipeline.front import Answer, ChatCall, ChatFront, StreamAnswer
 from agentkernel.pipeline.http import sse
 from agentkernel.pipeline.http.auth import IDENTITY
+from agentkernel.pipeline.http.errors import error_response
 from agentkernel.pipeline.process.metrics import METRICS
 
 
@@ -47,6 +49,14 @@ class ChatRoutes:
             stream=sse.wants_stream(headers.get("accept", "")),
         )
         return self._response(await self.front.post_chat(chat_call))
+
+    async def post_chat_app(self, scope: Scope, receive: Receive, send: Send) -> None:
+        """:meth:`post_chat` as a bare ASGI application (see :class:`~.app.AgentAPI`)."""
+        try:
+            response = await self.post_chat(Request(scope, receive))
+        except HTTPError as exc:
+            response = error_response(exc)
+        await response(scope, receive, send)
 
     async def get_chat(self, session_id: str, request_id: str | None = None) -> Response:
         """The reply of ``request_id`` once it is ready; 404 before, or under another session."""
