@@ -157,3 +157,34 @@ def test_the_cli_exports_the_spans_over_otlp_before_it_exits(
     for name in (b"agentkernel enqueue", b"agentkernel run", b"agentkernel deliver"):
         assert name in exported
     assert reply.json()["request_id"].encode() in exported
+
+
+RECORDING_SCRIPT = """
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from agentkernel.pipeline import tracing
+before = tracing.recording()
+if not {by_name}:
+    trace.set_tracer_provider(TracerProvider())
+print(before, tracing.recording())
+"""
+
+
+@pytest.mark.parametrize(
+    ("by_name", "expected"),
+    [(False, "False True"), (True, "True True")],
+    ids=["set-in-code", "named-by-variable"],
+)
+def test_spans_are_recorded_from_the_moment_a_provider_is_set(by_name: bool, expected: str) -> None:
+    """Set in code after the first turn, or named by ``OTEL_PYTHON_TRACER_PROVIDER`` (which the
+    API loads on first use): either way the next span is recorded."""
+    env = {**os.environ, "PYTHONPATH": str(ROOT / "src")}
+    env.pop("OTEL_PYTHON_TRACER_PROVIDER", None)
+    if by_name:
+        env["OTEL_PYTHON_TRACER_PROVIDER"] = "sdk_tracer_provider"
+    script = RECORDING_SCRIPT.format(by_name=by_name)
+    out = subprocess.run(
+        [sys.executable, "-c", script], capture_output=True, text=True, timeout=60, env=env
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == expected

@@ -19,13 +19,11 @@ one record is one line (:class:`~agentkernel.core.redact.PrintableFilter`).
 
 from __future__ import annotations
 
-import contextlib
 import contextvars
 import datetime
 import json
 import logging
 import sys
-from collections.abc import Iterator
 from typing import Any, Literal, Protocol
 
 from agentkernel.core.redact import PrintableFilter, printable
@@ -70,20 +68,27 @@ def trace_id_of(traceparent: str | None) -> str | None:
     return parts[1]
 
 
-@contextlib.contextmanager
-def bind(**fields: str | None) -> Iterator[None]:
+class bind:  # lower case: used like a function, ``with logs.bind(request_id=...):``
     """Attach ``fields`` (``request_id``, ``session_id``, ``trace_id``) to every record logged in
     this context (this asyncio task, or this thread and what it calls); ``None`` values are
-    left out."""
-    bound = (_CONTEXT.get() or {}) | {k: v for k, v in fields.items() if v}
-    token = _CONTEXT.set(bound)
-    try:
-        yield
-    finally:
+    left out.
+
+    A class rather than a generator-based context manager: it is entered twice per turn.
+    """
+
+    __slots__ = ("_bound", "_token")
+
+    def __init__(self, **fields: str | None) -> None:
+        self._bound = (_CONTEXT.get() or {}) | {k: v for k, v in fields.items() if v}
+
+    def __enter__(self) -> None:
+        self._token = _CONTEXT.set(self._bound)
+
+    def __exit__(self, *exc: object) -> None:
         # A coroutine closed late (collected after its loop stopped) ends here in another
         # context, where the token cannot be reset; that context never saw the fields anyway.
-        if _CONTEXT.get() is bound:
-            _CONTEXT.reset(token)
+        if _CONTEXT.get() is self._bound:
+            _CONTEXT.reset(self._token)
 
 
 def current() -> dict[str, str]:

@@ -14,6 +14,7 @@ from typing import Any, ClassVar
 
 from agentkernel.core.agent import Agent, Turn
 from agentkernel.core.errors import RetryableError
+from agentkernel.core.first_done import first_done
 from agentkernel.pipeline.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,
@@ -60,8 +61,7 @@ async def bounded(
     if timeout is None and stopped is None:
         return await work
     task = asyncio.ensure_future(work)
-    either: set[asyncio.Future[Any]] = {task} if stopped is None else {task, stopped}
-    await asyncio.wait(either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+    await first_done((task,) if stopped is None else (task, stopped), timeout)
     if task.done():
         return task.result()
     if stopping is not None:

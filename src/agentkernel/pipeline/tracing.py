@@ -39,11 +39,15 @@ FLUSH_SECONDS = 5.0
 otel_context: Any = None  # opentelemetry.context, once imported
 _otel: tuple[Any, Any] | None = None  # (opentelemetry.trace, the W3C propagator), once imported
 _missing = False
+#: ``OTEL_PYTHON_TRACER_PROVIDER`` was set when the API was imported: the API loads that provider
+#: on its first ``get_tracer_provider()``, so that call is made every time.
+_provider_by_name = False
+_UNREAD = object()
 
 
 def _api() -> tuple[Any, Any] | None:
     """``(opentelemetry.trace, propagator)`` when spans would be recorded, else ``None``."""
-    global _otel, _missing, otel_context
+    global _otel, _missing, otel_context, _provider_by_name
     if _otel is None and not _missing:
         try:
             from opentelemetry import context, trace
@@ -55,7 +59,16 @@ def _api() -> tuple[Any, Any] | None:
             return None
         _otel = (trace, TraceContextTextMapPropagator())
         otel_context = context
-    if _otel is None or isinstance(_otel[0].get_tracer_provider(), _otel[0].ProxyTracerProvider):
+        _provider_by_name = "OTEL_PYTHON_TRACER_PROVIDER" in os.environ
+    if _otel is None:
+        return None
+    trace = _otel[0]
+    # get_tracer_provider() looks its variable up in os.environ on every call (three times a
+    # turn); the API's global says the same (None until a provider is set, which is once).
+    provider = _UNREAD if _provider_by_name else getattr(trace, "_TRACER_PROVIDER", _UNREAD)
+    if provider is _UNREAD:
+        provider = trace.get_tracer_provider()
+    if provider is None or isinstance(provider, trace.ProxyTracerProvider):
         return None  # no provider set: the API would only make no-op spans
     return _otel
 

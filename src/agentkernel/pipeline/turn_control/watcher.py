@@ -10,10 +10,9 @@ in-memory ones of ``agentkernel serve``) reach the turn at once, the poll stayin
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import logging
 import weakref
-from collections.abc import AsyncIterator
+from contextlib import AbstractAsyncContextManager
 
 from agentkernel.core.blocking import call
 from agentkernel.core.log_limit import RateLimitedLog
@@ -54,9 +53,11 @@ class StopWatcher:
             if request_id in state.turns and not loop.is_closed():
                 loop.call_soon_threadsafe(_resolve, state, request_id, stop)
 
-    @contextlib.asynccontextmanager
-    async def watching(self, request_id: str) -> AsyncIterator[asyncio.Future[Stop]]:
+    def watching(self, request_id: str) -> AbstractAsyncContextManager[asyncio.Future[Stop]]:
         """A future resolved with the turn's :class:`Stop` once one is asked, while inside."""
+        return _Watching(self, request_id)
+
+    def _open(self, request_id: str) -> tuple[_LoopTurns, asyncio.Future[Stop]]:
         loop = asyncio.get_running_loop()
         state = self._loops.get(loop)
         if state is None:
@@ -65,15 +66,7 @@ class StopWatcher:
         state.turns.setdefault(request_id, []).append(stopped)
         if state.task is None:
             state.task = loop.create_task(self._poll(state), name="turn-stop-watcher")
-        try:
-            yield stopped
-        finally:
-            futures = state.turns.get(request_id, [])
-            if stopped in futures:
-                futures.remove(stopped)
-            if not futures:
-                state.turns.pop(request_id, None)
-            stopped.cancel()
+        return state, stopped
 
     async def _poll(self, state: _LoopTurns) -> None:
         try:
@@ -96,6 +89,27 @@ class StopWatcher:
                     _resolve(state, request_id, stop)
         finally:
             state.task = None
+
+
+class _Watching:
+    """:meth:`StopWatcher.watching` (a class: entered once per turn, cheaper than a generator)."""
+
+    __slots__ = ("_request_id", "_state", "_stopped", "_watcher")
+
+    def __init__(self, watcher: StopWatcher, request_id: str) -> None:
+        self._watcher, self._request_id = watcher, request_id
+
+    async def __aenter__(self) -> asyncio.Future[Stop]:
+        self._state, self._stopped = self._watcher._open(self._request_id)
+        return self._stopped
+
+    async def __aexit__(self, *exc: object) -> None:
+        futures = self._state.turns.get(self._request_id, [])
+        if self._stopped in futures:
+            futures.remove(self._stopped)
+        if not futures:
+            self._state.turns.pop(self._request_id, None)
+        self._stopped.cancel()
 
 
 def _resolve(state: _LoopTurns, request_id: str, stop: Stop) -> None:
