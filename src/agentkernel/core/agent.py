@@ -190,11 +190,12 @@ class AgentRegistry:
         Raises:
             AgentNotFoundError: no such agent (or none at all).
         """
-        with self._lock:
-            if name:
-                if name in self._agents:
-                    return self._agents[name]
+        if name:  # one dict read, atomic: no lock on the path every turn takes
+            agent = self._agents.get(name)
+            if agent is None:
                 raise AgentNotFoundError(f"no agent named {name!r}")
+            return agent
+        with self._lock:
             if not self._agents:
                 raise AgentNotFoundError("no agent is registered")
             return next(iter(self._agents.values()))
@@ -204,8 +205,7 @@ class AgentRegistry:
             return list(self._agents.values())
 
     def __contains__(self, name: object) -> bool:
-        with self._lock:
-            return name in self._agents
+        return name in self._agents  # one dict read, atomic
 
 
 class Module:

@@ -229,8 +229,12 @@ def _quoted(text: str) -> str:
 def wants_async(prefer: str, mode: str) -> bool:
     """Whether the caller is answered 202 at once: ``rest_async`` mode, or ``Prefer:
     respond-async`` (read by tokens, so ``x-respond-async-later`` is not a match)."""
+    if mode != "rest_sync":
+        return True
+    if not prefer:
+        return False
     tokens = {token.strip().split("=")[0].strip().lower() for token in prefer.split(",")}
-    return mode != "rest_sync" or "respond-async" in tokens
+    return "respond-async" in tokens
 
 
 def traceparent_or_new(header: str) -> str:

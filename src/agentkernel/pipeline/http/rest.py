@@ -34,9 +34,9 @@ class ChatRoutes:
 
     async def post_chat(self, request: Request) -> Response:
         """Enqueue a chat turn; answer with the reply (sync), 202 (async) or a stream."""
-        headers = request.headers
+        headers = _headers(request)
         try:
-            body = await self._read_body(request)
+            body = await self._read_body(request, headers.get("content-length", ""))
         except HTTPError as exc:
             METRICS.inc("agentkernel_http_requests_total", status=str(exc.status))
             raise
@@ -86,11 +86,14 @@ class ChatRoutes:
             return sse.stream_response(self.front.frames(answer), answer.request_id, answer.after)
         return json_response(answer)
 
-    async def _read_body(self, request: Request) -> bytes:
-        """The body, refused past ``api.max_body_bytes`` or ``api.body_timeout`` seconds."""
+    async def _read_body(self, request: Request, declared: str) -> bytes:
+        """The body, refused past ``api.max_body_bytes`` or ``api.body_timeout`` seconds.
+
+        Args:
+            declared: the request's ``Content-Length`` header ("" without one).
+        """
         api = self.front.config.api
         limit = api.max_body_bytes
-        declared = request.headers.get("content-length", "")
         if declared.isdigit() and int(declared) > limit:
             raise _too_large(limit)
         chunks, size = [], 0
@@ -109,6 +112,15 @@ class ChatRoutes:
                 {"Connection": "close"},
             ) from exc
         return b"".join(chunks)
+
+
+def _headers(request: Request) -> dict[str, str]:
+    """The request's headers by (lower-case) name, the first of a repeated one winning, as
+    ``request.headers.get`` reads them: one pass instead of one scan per header read."""
+    return {
+        name.decode("latin-1"): value.decode("latin-1")
+        for name, value in reversed(request.scope["headers"])
+    }
 
 
 def _too_large(limit: int) -> HTTPError:
