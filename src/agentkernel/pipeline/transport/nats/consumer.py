@@ -18,6 +18,7 @@ from nats.js.errors import NotFoundError
 
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import Book, Entry, session_key
 from agentkernel.pipeline.transport.nats.envelope import (
@@ -78,7 +79,8 @@ class NatsConsumer(Settling):
         self._settings = transport.settings
         self._nc = transport.conn.nc
         self._js = transport.conn.js
-        self._loop = transport.conn.loop.loop  # a reset transport's loop is closed, not renewed
+        self._home = transport.conn.loop
+        self._loop = self._home.loop  # a reset transport's loop is closed, not renewed
         self._books: dict[int, Book] = {}
         self._late: list[Entry] = []  # handed to the drain after fetching stopped
         self._drained: dict[int, Book] = {}  # handed back while draining: run out by the drain
@@ -296,10 +298,12 @@ class NatsConsumer(Settling):
 
     # -- fetching ---------------------------------------------------------------------------------
 
+    def home_loop(self) -> LoopThread:
+        """The connection's loop thread: fetch and settle there without a thread hop."""
+        return self._home
+
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        if self._closed:
-            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
-        wait = max(wait_seconds, 0.0)
+        wait = self._fetch_wait(wait_seconds)
         if self._transport.fetch_fault(self._queue):  # the streams changed under us: take nothing
             time.sleep(min(wait, 1.0))
             return []
@@ -307,6 +311,20 @@ class NatsConsumer(Settling):
             self._fetch(max(batch_size, 1), wait), wait + self._settings.request_timeout
         )
         return [self._decode(entry.msg) for entry in entries]
+
+    async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        """:meth:`fetch` on the connection's loop (see :meth:`home_loop`)."""
+        wait = self._fetch_wait(wait_seconds)
+        if self._transport.fetch_fault(self._queue):
+            await asyncio.sleep(min(wait, 1.0))
+            return []
+        entries = await self._fetch(max(batch_size, 1), wait)
+        return [self._decode(entry.msg) for entry in entries]
+
+    def _fetch_wait(self, wait_seconds: float) -> float:
+        if self._closed:
+            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
+        return max(wait_seconds, 0.0)
 
     async def _fetch(self, batch: int, wait: float) -> list[Entry]:
         deadline = self._loop.time() + wait
