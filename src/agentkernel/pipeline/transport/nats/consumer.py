@@ -123,6 +123,12 @@ class NatsConsumer(Settling):
     def _waiting(self) -> int:
         return sum(1 for book in self._books.values() for _ in book.waiting())
 
+    def _room_to_pull(self) -> bool:
+        """Fewer than ``MAX_WAITING`` messages wait here (counted only when the entries, which
+        include those handed out, are that many: a fetch asks this every time)."""
+        entries = sum(len(book.entries) for book in self._books.values())
+        return entries < MAX_WAITING or self._waiting() < MAX_WAITING
+
     @property
     def owned(self) -> list[int]:
         """The partitions this consumer believes it owns now (for tests and metrics)."""
@@ -263,7 +269,7 @@ class NatsConsumer(Settling):
                             self._stream,
                             partition,
                         )
-                if self._wanted_until > now and self._waiting() < MAX_WAITING:
+                if self._wanted_until > now and self._room_to_pull():
                     for partition in list(self._books):
                         self._pull(partition)
                 await self._owners.expire(now)  # also when renewals stall
@@ -334,7 +340,7 @@ class NatsConsumer(Settling):
                 if out or self._closed or self._fetching_stopped:
                     return out
                 self._wanted, self._wanted_until = batch, deadline
-                if self._waiting() < MAX_WAITING:  # else: hand those out first
+                if self._room_to_pull():  # else: hand those out first
                     for partition in list(self._books):
                         self._pull(partition)
                 left = deadline - self._loop.time()
@@ -349,16 +355,18 @@ class NatsConsumer(Settling):
     def _take(self, limit: int) -> list[Entry]:
         """Runnable heads of the owned partitions, taking turns between partitions."""
         out: list[Entry] = []
-        partitions = self._settings.partitions
+        ready = [p for p, book in self._books.items() if book.runnable]
+        if not ready:
+            return out
+        partitions, cursor = self._settings.partitions, self._cursor
+        ready.sort(key=lambda p: (p - cursor) % partitions)  # from the cursor on, wrapping
         now = self._loop.time()
-        for i in range(partitions):
+        for partition in ready:
             if len(out) >= limit:
                 break
-            partition = (self._cursor + i) % partitions
-            book = self._books.get(partition)
-            if book is None or not book.runnable or not self._owners.owns(partition, now):
+            if not self._owners.owns(partition, now):
                 continue
-            out += book.take(limit - len(out), now)
+            out += self._books[partition].take(limit - len(out), now)
             self._cursor = (partition + 1) % partitions
         for entry in out:
             if now - entry.touched > REFRESH_AFTER_SECONDS:  # waited: restart its lease
