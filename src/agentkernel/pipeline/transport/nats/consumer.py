@@ -21,6 +21,7 @@ from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import Book, Entry, session_key
+from agentkernel.pipeline.transport.nats.changes import Changes
 from agentkernel.pipeline.transport.nats.envelope import (
     ENVELOPE_HEADER,
     decode_envelope,
@@ -87,7 +88,7 @@ class NatsConsumer(Settling):
         self._inbox: Inbox | None = None
         self._old_inboxes: list[tuple[float, Any]] = []  # (unsubscribe at, subscription)
         self._retiring: set[asyncio.Task[None]] = set()
-        self._changed: asyncio.Event = transport.run(_new_event())
+        self._changed = Changes(self._loop)
         self._cursor = 0
         self._wanted, self._wanted_until = 1, 0.0  # the waiting fetch's demand and deadline
         self._fetching_stopped = False
@@ -196,6 +197,12 @@ class NatsConsumer(Settling):
         open_request = self._inbox is not None and partition in self._inbox.open
         return open_request or (book is not None and bool(book.entries))
 
+    def _pull_idle(self) -> None:
+        """:meth:`_pull` each owned partition that has no request open."""
+        if self._inbox is not None:
+            for partition in self._books.keys() - self._inbox.open.keys():
+                self._pull(partition)
+
     def _pull(self, partition: int) -> None:
         """Ask an owned partition for up to the waiting fetch's demand, for at most the rest of
         its wait (so nothing arrives long after the last fetch: what arrives unasked would
@@ -270,8 +277,7 @@ class NatsConsumer(Settling):
                             partition,
                         )
                 if self._wanted_until > now and self._room_to_pull():
-                    for partition in list(self._books):
-                        self._pull(partition)
+                    self._pull_idle()
                 await self._owners.expire(now)  # also when renewals stall
                 self._keep_leases(now)
                 if now - last_stuck_check >= STUCK_CHECK_SECONDS:
@@ -341,14 +347,12 @@ class NatsConsumer(Settling):
                     return out
                 self._wanted, self._wanted_until = batch, deadline
                 if self._room_to_pull():  # else: hand those out first
-                    for partition in list(self._books):
-                        self._pull(partition)
+                    self._pull_idle()
                 left = deadline - self._loop.time()
                 if left <= 0:
                     return out
                 self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), left)
+                await self._changed.wait(left)
         finally:
             self._wanted_until = 0.0
 
@@ -461,7 +465,3 @@ async def _nak(msg: Any) -> None:
 async def _in_progress(msg: Any) -> None:
     with contextlib.suppress(*CLIENT_ERRORS):
         await msg.in_progress()
-
-
-async def _new_event() -> asyncio.Event:
-    return asyncio.Event()  # created on the loop that will use it

@@ -24,6 +24,7 @@ from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import REMOTE, Book, Entry
+from agentkernel.pipeline.transport.nats.changes import Changes
 from agentkernel.pipeline.transport.nats.pull import partition_of_reply
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,7 @@ class Settling(TransportConsumer):
     _loop: asyncio.AbstractEventLoop
     _books: dict[int, Book]
     _drained: dict[int, Book]
-    _changed: asyncio.Event
+    _changed: Changes
     _acks: Acks
 
     def _run(self, coro: Any) -> Any:
