@@ -11,6 +11,8 @@ A consumer whose client runs on an event loop of its own (its ``home_loop``, NAT
 from and handled on that loop instead: the thread only starts the fetching there and drains
 afterwards, so a message crosses no thread between its fetch, its handling and its ack (each
 crossing costs a wake-up and a hand-over of the GIL, about as much CPU as the handling itself).
+The two fetch loops share the free places, the tracker, the drain and the stop, which is why
+they live in one module longer than most.
 
 A consumer that cannot be created is created again with back-off, and a failing fetch is retried
 after a pause. Every shutdown wait is bounded by ``drain_timeout``; what is still unfinished then
