@@ -18,6 +18,7 @@ from agentkernel.core.errors import (
     TransportError,
 )
 from agentkernel.pipeline.consumer import outage
+from agentkernel.pipeline.consumer.in_flight import Slots
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
@@ -651,3 +652,17 @@ def test_what_arrives_after_the_last_fetch_runs_in_the_drain() -> None:
         time.sleep(0.1)
     assert ran == ["late"]
     assert (consumer.acked, consumer.nacked) == (["late"], [])
+
+
+def test_a_place_given_back_on_a_thread_wakes_a_waiting_event_loop() -> None:
+    slots = Slots(1)
+    assert slots.take(1, 0.0) == 1
+
+    async def wait_for_room() -> float:
+        began = time.monotonic()
+        threading.Timer(0.05, slots.give).start()
+        await slots.wait_async(5.0)
+        return time.monotonic() - began
+
+    assert asyncio.run(asyncio.wait_for(wait_for_room(), 10)) < 2.0
+    assert slots.take(1, 0.0) == 1

@@ -7,6 +7,13 @@ is async (a sync one is bounded to ``num_consumers * batch_size``, one batch per
 thread ran it). Per-session order holds because the transport releases a group only when its
 message is acknowledged, and the handling orders the messages of one group within a fetch.
 
+A consumer whose client runs on an event loop of its own (its ``home_loop``, NATS) is fetched
+from and handled on that loop instead: the thread only starts the fetching there and drains
+afterwards, so a message crosses no thread between its fetch, its handling and its ack (each
+crossing costs a wake-up and a hand-over of the GIL, about as much CPU as the handling itself).
+The two fetch loops share the free places, the tracker, the drain and the stop, which is why
+they live in one module longer than most.
+
 A consumer that cannot be created is created again with back-off, and a failing fetch is retried
 after a pause. Every shutdown wait is bounded by ``drain_timeout``; what is still unfinished then
 is logged by request id and handed back to the broker.
@@ -14,12 +21,14 @@ is logged by request id and handed back to the broker.
 
 from __future__ import annotations
 
+import asyncio
+import concurrent.futures
 import dataclasses
 import logging
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterable
-from concurrent.futures import Future
 from dataclasses import dataclass
 from typing import Any
 
@@ -43,6 +52,8 @@ MAX_CONSUMER_RETRY_SECONDS = 30.0
 DRAIN_TIMEOUT_SECONDS = 20.0
 #: How often a drain asks a consumer that hands it messages for those freed since.
 LATE_POLL_SECONDS = 0.1
+#: How often fetching on a home loop looks again whether a suspect that runs alone has finished.
+FETCH_CLOSED_POLL_SECONDS = 0.05
 
 
 @dataclass(frozen=True)
@@ -224,7 +235,8 @@ class ConsumerLoop:
         try:
             consumer = self._open_consumer()
             if consumer is not None:
-                tracker = Tracker()
+                home = consumer.home_loop()
+                tracker = Tracker(self._loop.loop if home is None else home.loop)
                 self._fetch_until_stopped(consumer, tracker)
                 self._drain(consumer, tracker)
         finally:
@@ -238,8 +250,11 @@ class ConsumerLoop:
         with self._fetching_done:
             self._fetching += 1
         try:
-            while not self.stopping():
-                self._fetch_and_dispatch(consumer, tracker, wait)
+            if consumer.home_loop() is not None:
+                self._fetch_at_home(consumer, tracker, wait)
+            else:
+                while not self.stopping():
+                    self._fetch_and_dispatch(consumer, tracker, wait)
         finally:
             try:
                 self._run_late(consumer, tracker, consumer.stop_fetching())
@@ -349,33 +364,114 @@ class ConsumerLoop:
             return
         try:
             messages = consumer.fetch(room, wait)
-        except Exception as exc:
+        except Exception:
             self._slots.give(room)
-            self._log.log(
-                logging.ERROR,
-                f"{self._queue}:fetch:{type(exc).__name__}",
-                "fetch from %s failed; retrying in %ss",
-                self._queue,
-                self._error_backoff,
-                exc_info=True,
-            )
+            self._fetch_failed()
             self._sleep(self._error_backoff)
             return
         self._slots.give(room - len(messages))
         for message in messages:
             self._submit(consumer, message, tracker)
 
+    def _fetch_failed(self) -> None:
+        exc = sys.exc_info()[1]
+        self._log.log(
+            logging.ERROR,
+            f"{self._queue}:fetch:{type(exc).__name__}",
+            "fetch from %s failed; retrying in %ss",
+            self._queue,
+            self._error_backoff,
+            exc_info=True,
+        )
+
     def _submit(self, consumer: TransportConsumer, message: QueueMessage, tracker: Tracker) -> None:
+        """From this thread: start handling ``message`` on the tracker's loop."""
         release = self._slots.place()  # freed when done, or when it only waits out a delay
         tracker.add(message)
-        future = self._loop.submit(self.handling.begin(consumer, message, release))
+        coro = self.handling.begin(consumer, message, release)
+        future = asyncio.run_coroutine_threadsafe(coro, tracker.loop)
         tracker.attach(message, future)
 
-        def finished(_: Future[None]) -> None:
+        def finished(_: concurrent.futures.Future[None]) -> None:
             release()
             tracker.done(message)
 
         future.add_done_callback(finished)
+
+    # -- fetching on the consumer's home loop ----------------------------------------------
+
+    def _fetch_at_home(self, consumer: TransportConsumer, tracker: Tracker, wait: float) -> None:
+        """Fetch and handle on the consumer's own loop until stopped; this thread waits.
+
+        Returns early when that loop ends under us (the transport was closed): the drain then
+        finds the handlings cancelled with it.
+        """
+        if self.settings.stall_warning is not None:
+            home = consumer.home_loop()
+            assert home is not None
+            home.watch_stalls(self.settings.stall_warning)
+        loop = tracker.loop
+        future = asyncio.run_coroutine_threadsafe(
+            self._fetch_on_loop(consumer, tracker, wait), loop
+        )
+        while not loop.is_closed() and loop.is_running():
+            try:
+                future.result(STOP_CHECK_SECONDS)
+                return
+            except concurrent.futures.TimeoutError:
+                continue
+            except concurrent.futures.CancelledError:
+                return
+        future.cancel()
+
+    async def _fetch_on_loop(
+        self, consumer: TransportConsumer, tracker: Tracker, wait: float
+    ) -> None:
+        while not self.stopping():
+            if not self.handling.fetch_open():  # a suspect runs alone
+                await asyncio.sleep(FETCH_CLOSED_POLL_SECONDS)
+                continue
+            room = self._slots.take(self.settings.batch_size, 0.0)
+            if not room:
+                await self._slots.wait_async(wait)
+                continue
+            try:
+                messages = await consumer.fetch_async(room, wait)
+            except Exception:
+                self._slots.give(room)
+                self._fetch_failed()
+                await self._sleep_async(self._error_backoff)
+                continue
+            self._slots.give(room - len(messages))
+            for message in messages:
+                self._begin(consumer, message, tracker)
+
+    def _begin(self, consumer: TransportConsumer, message: QueueMessage, tracker: Tracker) -> None:
+        """On the tracker's loop: start handling ``message`` as a task there."""
+        release = self._slots.place()
+        tracker.add(message)
+        task = asyncio.ensure_future(self.handling.begin(consumer, message, release))
+        tracker.attach(message, task)
+
+        def finished(task: asyncio.Future[None]) -> None:
+            release()
+            tracker.done(message)
+            if not task.cancelled() and (exc := task.exception()) is not None:
+                self._log.log(
+                    logging.ERROR,
+                    f"{self._queue}:settle:{type(exc).__name__}",
+                    "settling a message of %s failed: %r",
+                    self._queue,
+                    exc,
+                )
+
+        task.add_done_callback(finished)
+
+    async def _sleep_async(self, seconds: float) -> None:
+        """:meth:`_sleep` on an event loop."""
+        deadline = time.monotonic() + seconds
+        while not self.stopping() and (left := deadline - time.monotonic()) > 0:
+            await asyncio.sleep(min(left, STOP_CHECK_SECONDS))
 
     def _thread_finished(self) -> None:
         with self._running_lock:

@@ -82,6 +82,16 @@ class LoopThread:
         if self._stall_warning is not None:
             StallWatchdog(loop, self._thread, self._stall_warning).start()
 
+    def watch_stalls(self, threshold: float) -> None:
+        """Warn when the running loop is blocked over ``threshold`` seconds (once per loop: a
+        later call changes nothing)."""
+        loop = self.loop
+        with self._lock:
+            if self._stall_warning is not None or self._thread is None:
+                return
+            self._stall_warning = threshold
+            StallWatchdog(loop, self._thread, threshold).start()
+
     def submit(self, coro: Coroutine[Any, Any, T]) -> Future[T]:
         """Schedule ``coro`` on the loop; returns a thread-safe future."""
         return asyncio.run_coroutine_threadsafe(coro, self.loop)

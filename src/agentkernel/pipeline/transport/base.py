@@ -22,6 +22,7 @@ from agentkernel.core.config import AKConfig, QueuesConfig, describe_block
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.process.event_loop import LoopThread
 
 logger = logging.getLogger(__name__)
 
@@ -50,6 +51,20 @@ class TransportConsumer(ABC):
 
         Returns fewer (possibly none) rather than blocking past the wait.
         """
+
+    def home_loop(self) -> LoopThread | None:
+        """The event-loop thread this consumer's client runs on, or ``None`` (the default).
+
+        A consumer with one offers :meth:`fetch_async` too, and its ``ack``, ``nack``,
+        ``dead_letter`` and ``extend_lease`` do not wait when called on that loop: a
+        :class:`~agentkernel.pipeline.consumer.loop.ConsumerLoop` then fetches and handles
+        its messages there, without a thread hop per message.
+        """
+        return None
+
+    async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        """:meth:`fetch` awaited on :meth:`home_loop`; only called when that is not ``None``."""
+        raise NotImplementedError(f"{type(self).__name__} fetches on threads only")
 
     @abstractmethod
     def ack(self, message: QueueMessage) -> None:

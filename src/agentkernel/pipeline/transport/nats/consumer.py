@@ -18,8 +18,10 @@ from nats.js.errors import NotFoundError
 
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.process.event_loop import LoopThread
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import Book, Entry, session_key
+from agentkernel.pipeline.transport.nats.changes import Changes
 from agentkernel.pipeline.transport.nats.envelope import (
     ENVELOPE_HEADER,
     decode_envelope,
@@ -78,14 +80,15 @@ class NatsConsumer(Settling):
         self._settings = transport.settings
         self._nc = transport.conn.nc
         self._js = transport.conn.js
-        self._loop = transport.conn.loop.loop  # a reset transport's loop is closed, not renewed
+        self._home = transport.conn.loop
+        self._loop = self._home.loop  # a reset transport's loop is closed, not renewed
         self._books: dict[int, Book] = {}
         self._late: list[Entry] = []  # handed to the drain after fetching stopped
         self._drained: dict[int, Book] = {}  # handed back while draining: run out by the drain
         self._inbox: Inbox | None = None
         self._old_inboxes: list[tuple[float, Any]] = []  # (unsubscribe at, subscription)
         self._retiring: set[asyncio.Task[None]] = set()
-        self._changed: asyncio.Event = transport.run(_new_event())
+        self._changed = Changes(self._loop)
         self._cursor = 0
         self._wanted, self._wanted_until = 1, 0.0  # the waiting fetch's demand and deadline
         self._fetching_stopped = False
@@ -120,6 +123,12 @@ class NatsConsumer(Settling):
 
     def _waiting(self) -> int:
         return sum(1 for book in self._books.values() for _ in book.waiting())
+
+    def _room_to_pull(self) -> bool:
+        """Fewer than ``MAX_WAITING`` messages wait here (counted only when the entries, which
+        include those handed out, are that many: a fetch asks this every time)."""
+        entries = sum(len(book.entries) for book in self._books.values())
+        return entries < MAX_WAITING or self._waiting() < MAX_WAITING
 
     @property
     def owned(self) -> list[int]:
@@ -187,6 +196,12 @@ class NatsConsumer(Settling):
         book = self._books.get(partition)
         open_request = self._inbox is not None and partition in self._inbox.open
         return open_request or (book is not None and bool(book.entries))
+
+    def _pull_idle(self) -> None:
+        """:meth:`_pull` each owned partition that has no request open."""
+        if self._inbox is not None:
+            for partition in self._books.keys() - self._inbox.open.keys():
+                self._pull(partition)
 
     def _pull(self, partition: int) -> None:
         """Ask an owned partition for up to the waiting fetch's demand, for at most the rest of
@@ -261,9 +276,8 @@ class NatsConsumer(Settling):
                             self._stream,
                             partition,
                         )
-                if self._wanted_until > now and self._waiting() < MAX_WAITING:
-                    for partition in list(self._books):
-                        self._pull(partition)
+                if self._wanted_until > now and self._room_to_pull():
+                    self._pull_idle()
                 await self._owners.expire(now)  # also when renewals stall
                 self._keep_leases(now)
                 if now - last_stuck_check >= STUCK_CHECK_SECONDS:
@@ -296,10 +310,12 @@ class NatsConsumer(Settling):
 
     # -- fetching ---------------------------------------------------------------------------------
 
+    def home_loop(self) -> LoopThread:
+        """The connection's loop thread: fetch and settle there without a thread hop."""
+        return self._home
+
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        if self._closed:
-            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
-        wait = max(wait_seconds, 0.0)
+        wait = self._fetch_wait(wait_seconds)
         if self._transport.fetch_fault(self._queue):  # the streams changed under us: take nothing
             time.sleep(min(wait, 1.0))
             return []
@@ -307,6 +323,20 @@ class NatsConsumer(Settling):
             self._fetch(max(batch_size, 1), wait), wait + self._settings.request_timeout
         )
         return [self._decode(entry.msg) for entry in entries]
+
+    async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        """:meth:`fetch` on the connection's loop (see :meth:`home_loop`)."""
+        wait = self._fetch_wait(wait_seconds)
+        if self._transport.fetch_fault(self._queue):
+            await asyncio.sleep(min(wait, 1.0))
+            return []
+        entries = await self._fetch(max(batch_size, 1), wait)
+        return [self._decode(entry.msg) for entry in entries]
+
+    def _fetch_wait(self, wait_seconds: float) -> float:
+        if self._closed:
+            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
+        return max(wait_seconds, 0.0)
 
     async def _fetch(self, batch: int, wait: float) -> list[Entry]:
         deadline = self._loop.time() + wait
@@ -316,31 +346,31 @@ class NatsConsumer(Settling):
                 if out or self._closed or self._fetching_stopped:
                     return out
                 self._wanted, self._wanted_until = batch, deadline
-                if self._waiting() < MAX_WAITING:  # else: hand those out first
-                    for partition in list(self._books):
-                        self._pull(partition)
+                if self._room_to_pull():  # else: hand those out first
+                    self._pull_idle()
                 left = deadline - self._loop.time()
                 if left <= 0:
                     return out
                 self._changed.clear()
-                with contextlib.suppress(TimeoutError):
-                    await asyncio.wait_for(self._changed.wait(), left)
+                await self._changed.wait(left)
         finally:
             self._wanted_until = 0.0
 
     def _take(self, limit: int) -> list[Entry]:
         """Runnable heads of the owned partitions, taking turns between partitions."""
         out: list[Entry] = []
-        partitions = self._settings.partitions
+        ready = [p for p, book in self._books.items() if book.runnable]
+        if not ready:
+            return out
+        partitions, cursor = self._settings.partitions, self._cursor
+        ready.sort(key=lambda p: (p - cursor) % partitions)  # from the cursor on, wrapping
         now = self._loop.time()
-        for i in range(partitions):
+        for partition in ready:
             if len(out) >= limit:
                 break
-            partition = (self._cursor + i) % partitions
-            book = self._books.get(partition)
-            if book is None or not book.runnable or not self._owners.owns(partition, now):
+            if not self._owners.owns(partition, now):
                 continue
-            out += book.take(limit - len(out), now)
+            out += self._books[partition].take(limit - len(out), now)
             self._cursor = (partition + 1) % partitions
         for entry in out:
             if now - entry.touched > REFRESH_AFTER_SECONDS:  # waited: restart its lease
@@ -435,7 +465,3 @@ async def _nak(msg: Any) -> None:
 async def _in_progress(msg: Any) -> None:
     with contextlib.suppress(*CLIENT_ERRORS):
         await msg.in_progress()
-
-
-async def _new_event() -> asyncio.Event:
-    return asyncio.Event()  # created on the loop that will use it

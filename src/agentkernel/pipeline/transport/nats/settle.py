@@ -4,12 +4,18 @@ Each settles the delivery's entry in its partition's book (see :mod:`.book`) as 
 server: an ack or a termination frees the session's next message, a nak keeps the session
 waiting for the redelivery. A stale handle (a newer delivery of the message is current here)
 changes nothing.
+
+Called on the connection's loop (the consumer loop handles NATS messages there), none of them
+waits: the book is settled at once and what goes to the server is sent by a task, whose failure
+is logged (the message's lease then runs out and it comes again). Called from another thread,
+``nack``, ``dead_letter`` and ``extend_lease`` wait for the server, as before.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+from collections.abc import Coroutine
 from typing import Any
 
 from agentkernel.core.config import NatsQueueConfig
@@ -18,6 +24,7 @@ from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import REMOTE, Book, Entry
+from agentkernel.pipeline.transport.nats.changes import Changes
 from agentkernel.pipeline.transport.nats.pull import partition_of_reply
 
 logger = logging.getLogger(__name__)
@@ -26,17 +33,30 @@ logger = logging.getLogger(__name__)
 class Settling(TransportConsumer):
     """The settle methods of :class:`~.consumer.NatsConsumer` (their state is set up there)."""
 
+    #: On the connection's loop nothing here waits (see the module docstring).
+    nonblocking = True
+
     _stream: str
     _settings: NatsQueueConfig
     _nc: Any
     _loop: asyncio.AbstractEventLoop
     _books: dict[int, Book]
     _drained: dict[int, Book]
-    _changed: asyncio.Event
+    _changed: Changes
     _acks: Acks
 
     def _run(self, coro: Any) -> Any:
         raise NotImplementedError
+
+    def _spawn(self, coro: Any) -> None:
+        raise NotImplementedError
+
+    def _settle(self, coro: Coroutine[Any, Any, None]) -> None:
+        """Run ``coro``: as a task when called on the connection's loop, else waiting for it."""
+        if asyncio._get_running_loop() is self._loop:
+            self._spawn(_logged(coro))
+        else:
+            self._run(coro)
 
     def _entry(self, msg: Any) -> tuple[Book | None, Entry | None, bool]:
         """The book and entry of a handed-out delivery, and whether its handle is stale (a
@@ -58,6 +78,9 @@ class Settling(TransportConsumer):
         Raises:
             TransportError: the connection's loop is gone (the transport was reset).
         """
+        if asyncio._get_running_loop() is self._loop:
+            self._ack(message.native)
+            return
         try:
             self._loop.call_soon_threadsafe(self._ack, message.native)
         except RuntimeError as exc:
@@ -74,12 +97,12 @@ class Settling(TransportConsumer):
         self._acks.send(msg)
 
     def nack(self, message: QueueMessage) -> None:
-        self._run(self._give_back(message.native, self._settings.retry_backoff or None))
+        self._settle(self._give_back(message.native, self._settings.retry_backoff or None))
 
     def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
         """``nak`` with the delay: JetStream redelivers the message after it; the session's
         later messages wait here meanwhile."""
-        self._run(self._give_back(message.native, delay_seconds))
+        self._settle(self._give_back(message.native, delay_seconds))
         return True
 
     async def _give_back(self, msg: Any, delay: float | None) -> None:
@@ -91,8 +114,9 @@ class Settling(TransportConsumer):
         await msg.nak(delay=delay)
 
     def dead_letter(self, message: QueueMessage) -> None:
-        """Terminate redelivery of the message, and wait for the server to confirm it."""
-        self._run(self._terminate(message.native))
+        """Terminate redelivery of the message (off the loop: and wait for the server to confirm
+        it)."""
+        self._settle(self._terminate(message.native))
 
     async def _terminate(self, msg: Any) -> None:
         book, entry, stale = self._entry(msg)
@@ -104,4 +128,12 @@ class Settling(TransportConsumer):
             self._changed.set()
 
     def extend_lease(self, message: QueueMessage) -> None:
-        self._run(message.native.in_progress())
+        self._settle(message.native.in_progress())
+
+
+async def _logged(coro: Coroutine[Any, Any, None]) -> None:
+    """``coro``, whose failure is logged instead of raised (no caller waits for it)."""
+    try:
+        await coro
+    except Exception as exc:
+        logger.warning("settling a NATS message failed (%r); its lease runs out instead", exc)

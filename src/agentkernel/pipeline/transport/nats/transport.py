@@ -244,8 +244,12 @@ class NatsTransport(QueueTransport):
         return self._sent(queue, self.run(self._publish(queue, message)))
 
     async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
-        """Await the publish on the connection's loop: no worker thread in between."""
+        """Await the publish on the connection's loop: no worker thread in between (and no
+        hop at all when called there, as the consumer loop's handling is)."""
         publish = self._publish(queue, message)
+        if asyncio._get_running_loop() is self.conn.loop.loop:
+            with nats_errors("call"):
+                return self._sent(queue, await publish)
         try:
             future = self.conn.loop.submit(publish)
         except BaseException:
