@@ -31,11 +31,30 @@ from agentkernel.pipeline.http.head_limits import HEAD_END, TOO_LARGE_RESPONSE, 
 __all__ = ["HeaderTimeoutProtocol", "http_protocol", "server_options"]
 
 
+class _OneFraming(h11.Connection):
+    """h11 refusing a request that has both ``Content-Length`` and ``Transfer-Encoding``.
+
+    h11 reads such a body as chunked and keeps the connection open: a proxy in front that went
+    by the length would see the rest as a second request the server never answers in its order
+    (request smuggling). RFC 9112 §6.3 lets a server refuse it; llhttp does.
+    """
+
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        event = super().next_event()
+        if isinstance(event, h11.Request):
+            names = {name for name, _ in event.headers}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                raise h11.RemoteProtocolError("both Content-Length and Transfer-Encoding")
+        return event
+
+
 class HeaderTimeoutProtocol(HeadLimits, H11Protocol):
     """uvicorn's h11 protocol with a deadline and a size limit on each request's head."""
 
     def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
+        limit = self.config.h11_max_incomplete_event_size or self.max_header_bytes
+        self.conn = _OneFraming(h11.SERVER, limit)  # nothing was read yet
         self._head_started = False
         self._start_head_clock()
 
