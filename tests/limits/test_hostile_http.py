@@ -30,6 +30,7 @@ def exchange(server: Server, *writes: bytes, quiet: float = 1.0) -> tuple[bytes,
     host, port = server.url.removeprefix("http://").split(":")
     data, deadline = b"", time.monotonic() + 8
     with socket.create_connection((host, int(port)), timeout=5) as sock:
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)  # each write its own segment
         for write in writes:
             with contextlib.suppress(BrokenPipeError, ConnectionResetError):
                 sock.sendall(write)
@@ -212,6 +213,15 @@ def test_blank_lines_before_a_request_are_skipped_or_refused(parser: str, server
         assert_refused(data, closed)
 
 
+def test_bare_lf_line_ends_are_refused_or_read(parser: str, server: Server) -> None:
+    """RFC 9112 §2.2 lets a server take a bare LF as a line's end: h11 does, llhttp refuses."""
+    data, closed = exchange(server, b"GET /health HTTP/1.1\nHost: x\nConnection: close\n\n")
+    if parser == "httptools":
+        assert_refused(data, closed)
+    else:
+        assert statuses(data) == [200] and closed
+
+
 def test_a_request_after_connection_close_is_not_answered(server: Server) -> None:
     data, closed = exchange(server, head(b"/health", b"Connection: close") + head())
     assert statuses(data) == [200] and closed
@@ -241,3 +251,31 @@ def test_a_stalled_chunked_body_gets_the_body_timeout(server: Server) -> None:
 def test_a_huge_announced_chunk_gets_the_body_timeout_not_a_buffer(server: Server) -> None:
     data, closed = exchange(server, chat(b"FFFFFFFF\r\n{", b"Transfer-Encoding: chunked"), quiet=3)
     assert statuses(data) == [408] and closed
+
+
+def test_pipelined_heads_up_to_the_limit_are_served_and_the_next_one_over_is_refused(
+    server: Server,
+) -> None:
+    limit = LimitsConfig().max_header_bytes
+    data, closed = exchange(server, head() + sized_head(limit) + sized_head(limit + 1) + head())
+    assert statuses(data) == [200, 200, 431] and closed, data[:600]
+
+
+def test_a_chunked_body_full_of_blank_lines_is_served(server: Server) -> None:
+    """The httptools protocol cuts a chunked body at each blank line: 100,000 of them in one
+    request stay a matter of well under a second."""
+    turn = b'{"session_id": "b",' + b"\r\n" * 100_000 + b'"prompt": "hi"}'
+    chunks = b"".join(
+        b"%x\r\n%s\r\n" % (len(turn[i : i + 65536]), turn[i : i + 65536])
+        for i in range(0, len(turn), 65536)
+    )
+    started = time.monotonic()
+    data, _ = exchange(server, chat(chunks + b"0\r\n\r\n", b"Transfer-Encoding: chunked"))
+    assert statuses(data) == [200] and b"hi #1" in data, data[:300]
+    assert time.monotonic() - started < 3  # 1 s of it is exchange()'s quiet wait
+
+
+def sized_head(size: int) -> bytes:
+    """A GET /health head of exactly ``size`` bytes (one padding header)."""
+    start, end = b"GET /health HTTP/1.1\r\nHost: x\r\nX-Pad: ", b"\r\n\r\n"
+    return start + b"a" * (size - len(start) - len(end)) + end

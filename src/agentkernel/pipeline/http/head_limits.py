@@ -10,16 +10,12 @@ from __future__ import annotations
 import asyncio
 import json
 import logging
-import re
 from typing import ClassVar
 
-__all__ = ["HEAD_END", "TIMEOUT_RESPONSE", "TOO_LARGE_RESPONSE", "HeadLimits"]
+__all__ = ["TIMEOUT_RESPONSE", "TOO_LARGE_RESPONSE", "HeadLimits"]
 
 # The limits' log lines keep the logger they always had, whichever protocol refuses.
 logger = logging.getLogger("agentkernel.pipeline.http.server_limits")
-
-#: Where a head can end: a blank line, ``\r`` optional. Every end h11 or llhttp accepts is one.
-HEAD_END = re.compile(b"\n\r?\n")
 
 
 def _closing_response(status: bytes, error: str, message: str) -> bytes:

@@ -2,8 +2,9 @@
 
 llhttp parses everything it is given at once, pipelined requests included, has no size limit on a
 head and tells no offsets. So the protocol feeds it in pieces it cuts itself: a piece that starts
-while a head is awaited ends at the first blank line (where a head can end), a body of known length
-is one piece, a chunked body is cut at blank lines too (its last chunk ends with one). Each head's
+while a head is awaited ends at the first blank line (CRLF CRLF: llhttp takes no bare LF), where a
+head can end; a body of known length is one piece; a chunked body is cut at blank lines too (its
+last chunk ends with one). Each head's
 bytes are thus counted on the wire, and refused (431) before llhttp reads them. If llhttp ever
 frames a request differently from these cuts (a request starting inside a piece after another
 ended, or a body inside a head's piece), the request is refused 400 rather than counted wrong.
@@ -23,11 +24,14 @@ from typing import Any
 
 from uvicorn.protocols.http.httptools_impl import HttpToolsProtocol
 
-from agentkernel.pipeline.http.head_limits import HEAD_END, TOO_LARGE_RESPONSE, HeadLimits
+from agentkernel.pipeline.http.head_limits import TOO_LARGE_RESPONSE, HeadLimits
 
 __all__ = ["HttptoolsLimitsProtocol"]
 
 logger = logging.getLogger(__name__)
+
+#: Where a head or a chunked body can end for llhttp, which takes no bare LF for a line's end.
+_BLANK_LINE = b"\r\n\r\n"
 
 
 class _BadHead(Exception):
@@ -42,7 +46,7 @@ class HttptoolsLimitsProtocol(HeadLimits, HttpToolsProtocol):
         self._in_head = True  # a head is awaited (or arriving); False while a body arrives
         self._head_bytes = 0  # of the awaited head, so far
         self._body_left: int | None = None  # of a body of known length; None: chunked
-        self._tail = b""  # the last bytes fed, where a blank line may have begun
+        self._tail = b""  # the last 3 bytes fed, where a blank line may have begun
         self._piece_in_head = True  # whether the piece being fed started while a head was awaited
         self._piece_ended_one = False  # whether a request ended inside the piece being fed
         self._refusal: Callable[[], None] | None = None  # an answer waiting for earlier ones
@@ -51,15 +55,16 @@ class HttptoolsLimitsProtocol(HeadLimits, HttpToolsProtocol):
     def data_received(self, data: bytes) -> None:
         if self._refusal is not None:
             return  # the connection closes once the earlier answers are written
-        while data:
-            cut = self._cut(data)
-            piece, data = data[:cut], data[cut:]
-            if self._in_head and self._head_bytes + len(piece) > self.max_header_bytes:
+        view, start = memoryview(data), 0  # pieces are views: no copy of the rest per cut
+        while start < len(data):
+            end = self._cut(data, start)
+            if self._in_head and self._head_bytes + end - start > self.max_header_bytes:
                 self._after_answers(self._refuse_too_large)
                 return
-            self._feed(piece)
+            self._feed(view[start:end])
             if self._stopped_reading():
                 return
+            start = end
         if self._in_head and self._head_bytes:  # part of a head: the deadline runs from here
             self._arm()
         else:
@@ -71,24 +76,25 @@ class HttptoolsLimitsProtocol(HeadLimits, HttpToolsProtocol):
         refused = self._refusal is not None or self.transport.is_closing()
         return refused or self.transport.get_protocol() is not self
 
-    def _cut(self, data: bytes) -> int:
-        """How many of ``data``'s bytes to feed next (see the module docstring)."""
+    def _cut(self, data: bytes, start: int) -> int:
+        """Where the next piece from ``start`` ends (see the module docstring)."""
         if not self._in_head and self._body_left is not None:
-            return min(len(data), self._body_left) or len(data)
-        seen = self._tail + data  # a blank line may have begun in the last piece
-        end = HEAD_END.search(seen)
-        if end is not None and end.end() <= len(self._tail):
-            end = HEAD_END.search(seen, end.start() + 1)
-        return len(data) if end is None else end.end() - len(self._tail)
+            return start + (min(len(data) - start, self._body_left) or len(data) - start)
+        if self._tail:  # a blank line may have begun in the last piece
+            found = (self._tail + data[start : start + 3]).find(_BLANK_LINE)
+            if found != -1:
+                return start + found + 4 - len(self._tail)
+        found = data.find(_BLANK_LINE, start)
+        return len(data) if found == -1 else found + 4
 
-    def _feed(self, piece: bytes) -> None:
+    def _feed(self, piece: memoryview) -> None:
         self._piece_in_head, self._piece_ended_one = self._in_head, False
         if self._in_head:
             self._head_bytes += len(piece)
         elif self._body_left is not None:
             self._body_left -= len(piece)
-        self._tail = (self._tail + piece)[-2:]
-        super().data_received(piece)
+        self._tail = (self._tail + piece[-3:].tobytes())[-3:]
+        super().data_received(piece)  # type: ignore[arg-type]  # httptools reads a view in place
 
     # -- parser callbacks: the cuts checked against llhttp's framing, the head as h11 checks it
 
@@ -98,9 +104,8 @@ class HttptoolsLimitsProtocol(HeadLimits, HttpToolsProtocol):
         super().on_message_begin()
 
     def on_headers_complete(self) -> None:
-        self._check_head()
-        self._in_head, self._head_bytes = False, 0
-        self._body_left = self._content_length()
+        body_left = self._check_head()
+        self._in_head, self._head_bytes, self._body_left = False, 0, body_left
         super().on_headers_complete()
 
     def on_body(self, body: bytes) -> None:
@@ -117,35 +122,31 @@ class HttptoolsLimitsProtocol(HeadLimits, HttpToolsProtocol):
         self._in_head, self._piece_ended_one = True, True
         self._head_bytes, self._body_left, self._tail = 0, None, b""
 
-    def _check_head(self) -> None:
-        """Refuse what h11 refuses and llhttp lets through, and a body llhttp would not read."""
-        fields: dict[bytes, list[bytes]] = {}
+    def _check_head(self) -> int | None:
+        """The body's length (``None``: chunked), once the head passes what h11 checks and
+        llhttp does not, and has no body llhttp would leave unread."""
+        hosts, codings, length = 0, [], 0
         for name, value in self.headers:
-            fields.setdefault(name, []).append(value)
+            if name == b"host":
+                hosts += 1
+            elif name == b"transfer-encoding":
+                codings.append(value.strip().lower())
+            elif name == b"content-length":
+                length = int(value)  # llhttp refused any but one, in digits
         version = self.parser.get_http_version()
-        hosts = len(fields.get(b"host", ()))
-        codings = fields.get(b"transfer-encoding")
         if version not in ("1.0", "1.1"):
             self._bad_head("HTTP version %s", version)
         if hosts > 1 or (hosts == 0 and version == "1.1"):
             self._bad_head("%s Host headers", hosts)
-        if codings is not None and [c.strip().lower() for c in codings] != [b"chunked"]:
+        if codings and codings != [b"chunked"]:
             self._bad_head("transfer coding %r", b", ".join(codings))
-        if self.parser.should_upgrade() and (codings or self._content_length()):
-            self._bad_head("a body on an upgrade or CONNECT request", "")
+        if self.parser.should_upgrade() and (codings or length):
+            self._bad_head("a body on an upgrade or CONNECT request%s", "")
+        return None if codings else length  # llhttp refused a head with both
 
     def _bad_head(self, why: str, detail: object) -> None:
         logger.debug("refused a request head: " + why, detail)
         raise _BadHead(why % detail)
-
-    def _content_length(self) -> int | None:
-        """The body's length, ``None`` when chunked (llhttp refused a head with both)."""
-        for name, value in self.headers:
-            if name == b"transfer-encoding":
-                return None
-            if name == b"content-length":
-                return int(value)
-        return 0
 
     # -- answers written in order: a refusal waits for the answers to earlier requests
 

@@ -20,15 +20,19 @@ pure-Python h11 one, and h11 otherwise; both give the same answers to the same i
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentkernel.core.config import ApiConfig
-from agentkernel.pipeline.http.head_limits import HEAD_END, TOO_LARGE_RESPONSE, HeadLimits
+from agentkernel.pipeline.http.head_limits import TOO_LARGE_RESPONSE, HeadLimits
 
 __all__ = ["HeaderTimeoutProtocol", "http_protocol", "server_options"]
+
+#: The end of a head as h11 finds it: a blank line, ``\r`` optional.
+_HEAD_END = re.compile(b"\n\r?\n")
 
 
 class _OneFraming(h11.Connection):
@@ -93,7 +97,7 @@ class HeaderTimeoutProtocol(HeadLimits, H11Protocol):
     def _head_too_large(self) -> bool:
         """Whether the head waiting to be parsed is, or will be, over the limit."""
         pending, _ = self.conn.trailing_data
-        end = HEAD_END.search(pending, 0, self.max_header_bytes + 3)
+        end = _HEAD_END.search(pending, 0, self.max_header_bytes + 3)
         size = len(pending) if end is None else end.end()
         return size > self.max_header_bytes
 
