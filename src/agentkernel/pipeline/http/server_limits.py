@@ -12,10 +12,12 @@
 - **WebSocket message size**: ``api.max_body_bytes``, enforced by the WebSocket protocol itself,
   which refuses a frame by its declared length (close code 1009) before reading its payload.
 
-Both head limits are a small subclass of a uvicorn protocol. The server uses uvicorn's httptools
-(llhttp, C) protocol when ``httptools`` is importable, a fifth or so less CPU per request than the
-pure-Python h11 one, and h11 otherwise; both give the same answers to the same input (see
-:mod:`agentkernel.pipeline.http.httptools_limits` for what llhttp needed on top).
+Both head limits live in a small subclass of a uvicorn protocol. The server uses uvicorn's
+httptools (llhttp, in C) protocol when ``httptools`` can be imported, as it is a dependency, for its
+lower CPU per request; uvicorn's pure-Python h11 protocol otherwise. Both enforce the limits with
+the same answers and log lines, and both refuse ambiguous framing (400, closed); where the RFC
+lets a server choose, their answers to malformed input differ (docs/limits.md).
+:mod:`agentkernel.pipeline.http.httptools_limits` says what llhttp needed on top.
 """
 
 from __future__ import annotations
@@ -38,9 +40,9 @@ _HEAD_END = re.compile(b"\n\r?\n")
 class _OneFraming(h11.Connection):
     """h11 refusing a request that has both ``Content-Length`` and ``Transfer-Encoding``.
 
-    h11 reads such a body as chunked and keeps the connection open: a proxy in front that went
-    by the length would see the rest as a second request the server never answers in its order
-    (request smuggling). RFC 9112 §6.3 lets a server refuse it; llhttp does.
+    h11 reads such a body as chunked and keeps the connection open, so what a proxy in front
+    took for one request by its length could be two here (request smuggling). RFC 9112 §6.3
+    lets a server refuse it; llhttp does.
     """
 
     def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
