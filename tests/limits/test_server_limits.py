@@ -14,8 +14,18 @@ import pytest
 import websockets.sync.client as ws_client
 from websockets.exceptions import ConnectionClosedError
 
-from agentkernel.core.config import LimitsConfig
+from agentkernel.core.config import ApiConfig, LimitsConfig
+from agentkernel.pipeline.http.httptools_limits import HttptoolsLimitsProtocol
+from agentkernel.pipeline.http.server_limits import HeaderTimeoutProtocol, server_options
 from tests.api.conftest import Server, start_server  # noqa: F401 - fixture
+
+PROTOCOLS = {"httptools": HttptoolsLimitsProtocol, "h11": HeaderTimeoutProtocol}
+
+
+@pytest.fixture(autouse=True)
+def _each_parser(parser: str) -> str:
+    """Every case here runs against both protocols."""
+    return parser
 
 
 def connect(server: Server) -> socket.socket:
@@ -155,6 +165,18 @@ def test_a_head_just_under_the_limit_is_served(start_server: Any) -> None:  # no
 
 def test_the_default_header_timeout_is_bounded() -> None:
     assert 0 < LimitsConfig().header_timeout <= 30
+
+
+def test_the_server_runs_httptools_when_it_can_be_imported_else_h11(
+    parser: str,
+    start_server: Any,  # noqa: F811
+) -> None:
+    api = ApiConfig(limits=LimitsConfig(header_timeout=3.0, max_header_bytes=5000))
+    protocol = server_options(api)["http"]
+    assert issubclass(protocol, PROTOCOLS[parser])
+    assert (protocol.header_timeout, protocol.max_header_bytes) == (3.0, 5000)
+    running = start_server().handler.server.config.http
+    assert issubclass(running, PROTOCOLS[parser])
 
 
 # -- WebSocket frames over api.max_body_bytes are refused by their declared length ----------

@@ -6,68 +6,63 @@
   sends nothing at all is closed; one that sent part of a head gets 408 first. The body has its
   own bound, ``api.body_timeout``, checked by the chat route.
 - **Header size** (``api.limits.max_header_bytes``): a larger head is answered 431 and closed,
-  however it arrived. The parser's own limit only bounds a head still incomplete, so a head
-  that came whole in one socket read (up to 256 KiB) would be parsed; the protocol measures
-  each head on the wire before the parser reads it.
+  however it arrived. Neither parser's own limit is relied on (h11's only bounds a head still
+  incomplete, llhttp has none): the protocol measures each head on the wire before the parser
+  reads it, whether it trickles in, comes whole in one socket read, or waits pipelined.
 - **WebSocket message size**: ``api.max_body_bytes``, enforced by the WebSocket protocol itself,
   which refuses a frame by its declared length (close code 1009) before reading its payload.
 
-Both head limits live in a small subclass of uvicorn's h11 protocol, so the same parser serves every
-deployment (httptools, when installed, is not picked up silently with other limits).
+Both head limits live in a small subclass of a uvicorn protocol. The server uses uvicorn's
+httptools (llhttp, in C) protocol when ``httptools`` can be imported, as it is a dependency, for its
+lower CPU per request; uvicorn's pure-Python h11 protocol otherwise. Both enforce the limits with
+the same answers and log lines, and both refuse ambiguous framing (400, closed); where the RFC
+lets a server choose, their answers to malformed input differ (docs/limits.md).
+:mod:`agentkernel.pipeline.http.httptools_limits` says what llhttp needed on top.
 """
 
 from __future__ import annotations
 
-import asyncio
-import json
-import logging
 import re
-from typing import Any, ClassVar
+from typing import Any
 
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
 from agentkernel.core.config import ApiConfig
+from agentkernel.pipeline.http.head_limits import TOO_LARGE_RESPONSE, HeadLimits
 
-__all__ = ["HeaderTimeoutProtocol", "server_options"]
+__all__ = ["HeaderTimeoutProtocol", "http_protocol", "server_options"]
 
-logger = logging.getLogger(__name__)
-
-#: The end of a head as the parser (h11) finds it: a blank line, ``\r`` optional.
+#: The end of a head as h11 finds it: a blank line, ``\r`` optional.
 _HEAD_END = re.compile(b"\n\r?\n")
 
 
-def _closing_response(status: bytes, error: str, message: str) -> bytes:
-    body = json.dumps({"error": error, "message": message}).encode()
-    return (
-        b"HTTP/1.1 " + status + b"\r\ncontent-type: application/json\r\nconnection: close\r\n"
-        b"content-length: " + str(len(body)).encode() + b"\r\n\r\n" + body
-    )
+class _OneFraming(h11.Connection):
+    """h11 refusing a request that has both ``Content-Length`` and ``Transfer-Encoding``.
+
+    h11 reads such a body as chunked and keeps the connection open, so what a proxy in front
+    took for one request by its length could be two here (request smuggling). RFC 9112 §6.3
+    lets a server refuse it; llhttp does.
+    """
+
+    def next_event(self) -> h11.Event | type[h11.NEED_DATA] | type[h11.PAUSED]:
+        event = super().next_event()
+        if isinstance(event, h11.Request):
+            names = {name for name, _ in event.headers}
+            if b"content-length" in names and b"transfer-encoding" in names:
+                raise h11.RemoteProtocolError("both Content-Length and Transfer-Encoding")
+        return event
 
 
-_TIMEOUT_RESPONSE = _closing_response(
-    b"408 Request Timeout", "HEADER_TIMEOUT", "the request headers did not arrive in time"
-)
-_TOO_LARGE_RESPONSE = _closing_response(
-    b"431 Request Header Fields Too Large",
-    "HEADERS_TOO_LARGE",
-    "the request line and headers are over the server's limit",
-)
-
-
-class HeaderTimeoutProtocol(H11Protocol):
+class HeaderTimeoutProtocol(HeadLimits, H11Protocol):
     """uvicorn's h11 protocol with a deadline and a size limit on each request's head."""
 
-    #: Seconds a request's line and headers may take (set per server by :func:`server_options`).
-    header_timeout: ClassVar[float] = 10.0
-    #: Largest request line plus headers, in bytes (set per server by :func:`server_options`).
-    max_header_bytes: ClassVar[int] = 16_384
-
-    def connection_made(self, transport: asyncio.Transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport: Any) -> None:
         super().connection_made(transport)
-        self._head_timer: asyncio.TimerHandle | None = None
+        limit = self.config.h11_max_incomplete_event_size or self.max_header_bytes
+        self.conn = _OneFraming(h11.SERVER, limit)  # nothing was read yet
         self._head_started = False
-        self._arm()
+        self._start_head_clock()
 
     def data_received(self, data: bytes) -> None:
         super().data_received(data)
@@ -81,7 +76,7 @@ class HeaderTimeoutProtocol(H11Protocol):
         # Every head passes here before the parser reads it: on arrival, and when a pipelined
         # one is taken up after the previous response.
         if self.conn.their_state is h11.IDLE and self._head_too_large():
-            self._refuse(_TOO_LARGE_RESPONSE, "request head over %s bytes", self.max_header_bytes)
+            self._refuse(TOO_LARGE_RESPONSE, "request head over %s bytes", self.max_header_bytes)
             return
         super().handle_events()
 
@@ -93,14 +88,13 @@ class HeaderTimeoutProtocol(H11Protocol):
         self._disarm()
         super().connection_lost(exc)
 
-    def _arm(self) -> None:
-        if self._head_timer is None:
-            self._head_timer = self.loop.call_later(self.header_timeout, self._head_overdue)
+    def _awaiting_head(self) -> bool:
+        # A pipelined head waits behind a response still being written.
+        idle = self.cycle is None or self.cycle.response_complete
+        return idle and self.conn.their_state is h11.IDLE
 
-    def _disarm(self) -> None:
-        if self._head_timer is not None:
-            self._head_timer.cancel()
-            self._head_timer = None
+    def _head_begun(self) -> bool:
+        return self._head_started
 
     def _head_too_large(self) -> bool:
         """Whether the head waiting to be parsed is, or will be, over the limit."""
@@ -109,35 +103,27 @@ class HeaderTimeoutProtocol(H11Protocol):
         size = len(pending) if end is None else end.end()
         return size > self.max_header_bytes
 
-    def _head_overdue(self) -> None:
-        self._head_timer = None
-        if self.transport.is_closing() or self.conn.their_state is not h11.IDLE:
-            return
-        if self.cycle is not None and not self.cycle.response_complete:
-            return  # a response is still being written (pipelined head waits behind it)
-        answer = _TIMEOUT_RESPONSE if self._head_started else None
-        self._refuse(answer, "request head took over %ss", self.header_timeout)
 
-    def _refuse(self, answer: bytes | None, why: str, limit: float) -> None:
-        if answer is not None and not self.transport.is_closing():
-            self.transport.write(answer)
-        logger.debug("closed a connection: " + why, limit)
-        self._disarm()
-        self.transport.close()
+def http_protocol() -> type[HeadLimits]:
+    """The httptools protocol when ``httptools`` can be imported, else the h11 one."""
+    try:
+        import httptools  # noqa: F401
+    except ImportError:
+        return HeaderTimeoutProtocol
+    from agentkernel.pipeline.http.httptools_limits import HttptoolsLimitsProtocol
+
+    return HttptoolsLimitsProtocol
 
 
 def server_options(api: ApiConfig) -> dict[str, Any]:
     """The ``uvicorn.Config`` keyword arguments that enforce ``api``'s limits."""
-    protocol = type(
-        "HeaderTimeoutProtocol",
-        (HeaderTimeoutProtocol,),
-        {
-            "header_timeout": api.limits.header_timeout,
-            "max_header_bytes": api.limits.max_header_bytes,
-        },
-    )
+    base = http_protocol()
+    limits = {
+        "header_timeout": api.limits.header_timeout,
+        "max_header_bytes": api.limits.max_header_bytes,
+    }
     return {
-        "http": protocol,
+        "http": type(base.__name__, (base,), limits),
         "h11_max_incomplete_event_size": api.limits.max_header_bytes,
         "ws_max_size": api.max_body_bytes,
     }
