@@ -18,6 +18,7 @@ from collections.abc import Awaitable, Callable
 from types import TracebackType
 from typing import TYPE_CHECKING, Any
 
+from agentkernel.core.first_done import first_done
 from agentkernel.pipeline.response_store.base import ResponseRecord
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry
 
@@ -133,8 +134,7 @@ class PushedWatch(ReplyWatch):
         watch registered again (registered before the caller reads: nothing slips by)."""
         future = self._future
         assert future is not None
-        either = (future,) if released is None else (future, released)
-        await asyncio.wait(either, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+        await first_done((future,) if released is None else (future, released), timeout)
         if not future.done():
             return None
         record = self._decode(future.result())
