@@ -143,6 +143,10 @@ class IOHandler:
                 access_log=False,
                 lifespan="off",
                 timeout_graceful_shutdown=5,
+                # asyncio's loop, even where uvloop is installed (uvicorn's "auto" would pick it):
+                # uvloop's loop refused to close at shutdown (EBUSY), which failed the HTTP
+                # thread and so exited the process 1, and it saved no CPU per turn here.
+                loop="asyncio",
                 **server_options(self.config.api),
             )
         )
