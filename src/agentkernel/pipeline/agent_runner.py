@@ -497,8 +497,15 @@ class AgentRunner(QueueConsumer):
         )
         if self.stream_all:
             reply.attributes[ATTR_STREAM] = "1"
-        signals = self.signals
-        inline = self.transport.nonblocking and (signals is None or signals.nonblocking)
+        signals, transport = self.signals, self.transport
+        if transport.sends_on_loop and not transport.nonblocking:
+            # No worker thread to publish from (on NATS the handling runs on the client's own
+            # loop, so the publish is awaited right there): only the close may need one.
+            await transport.send_async(QueueName.OUTPUT, reply)
+            if signals is not None:
+                await call(signals.nonblocking, self._close, message, outcome.request_id)
+            return
+        inline = transport.nonblocking and (signals is None or signals.nonblocking)
         await call(inline, self._deliver, message, reply, outcome.request_id)
 
     def _deliver(self, message: QueueMessage, reply: QueueMessage, request_id: str) -> None:

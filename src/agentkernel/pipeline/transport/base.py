@@ -116,6 +116,9 @@ class QueueTransport(ABC):
 
     #: ``send`` never waits on I/O, so event-loop code may call it inline.
     nonblocking: ClassVar[bool] = False
+    #: :meth:`send_async` awaits the broker on an event loop, with no worker thread in between
+    #: (the default runs ``send`` on one).
+    sends_on_loop: ClassVar[bool] = False
     #: The queues live in this process: nothing outside it can reach them and they die with it
     #: (its queued messages must be handled before exit); it then also offers ``depth(queue)``,
     #: ``in_flight(queue)`` and ``purge(queue)``.

@@ -142,6 +142,8 @@ class NatsTransport(QueueTransport):
         TransportError: the server is unreachable.
     """
 
+    sends_on_loop = True  # send_async awaits the publish on the connection's loop
+
     _connections: ClassVar[dict[str, _Connection]] = {}
     _watches: ClassVar[list[Watch]] = []
     _lock: ClassVar[threading.Lock] = threading.Lock()
