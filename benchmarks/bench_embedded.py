@@ -371,6 +371,7 @@ def main() -> None:
         print(f"| trivial | {tp_trivial:.0f} |\n\nratio: {tp_chat / tp_trivial:.2f}\n")
     else:
         print_rounds(rounds, "pipeline")
+    if shutil.which("wrk") is not None and args.sleep_rounds > 0:  # --sleep-rounds 0: skipped
         print(
             f"## {args.sessions:,} sessions at once, 1 s turns (wrk -c{args.sessions}, "
             f"{args.sleep_rounds} alternating rounds of {args.sleep_seconds} s)"
