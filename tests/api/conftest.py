@@ -117,8 +117,10 @@ def start_server() -> Iterator[Callable[..., Server]]:
         transport: QueueTransport | None = None,
         mode: str | None = None,
         store: ResponseStore | None = None,
+        prepare: Callable[[IOHandler], None] | None = None,
         **api: Any,
     ) -> Server:
+        """``prepare`` gets the handler before it serves (to add middleware, or wrap the app)."""
         config = make_config(**api)
         if mode:
             config = config.model_copy(
@@ -127,6 +129,8 @@ def start_server() -> Iterator[Callable[..., Server]]:
         handler = IOHandler(
             config, registry=registry(), transport=transport, store=store, with_runner=True
         )
+        if prepare is not None:
+            prepare(handler)
         server = Server(handler)
         servers.append(server)
         return server

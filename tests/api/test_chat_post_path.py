@@ -3,10 +3,9 @@ go through the application's own middleware, its 500 handler, and a mount's path
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 
 import httpx
-import pytest
 from starlette.applications import Starlette
 from starlette.routing import Mount
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -14,8 +13,6 @@ from starlette.types import ASGIApp, Message, Receive, Scope, Send
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.response_store.watch import ReplyWatch
-
-from .conftest import Server, make_config, registry
 
 BODY = {"session_id": "s", "prompt": "hi", "agent": "echo"}
 
@@ -47,38 +44,28 @@ class BuggyWatchStore(InMemoryResponseStore):
         raise RuntimeError("bug in the store")
 
 
-@pytest.fixture
-def serve() -> Iterator[Callable[..., Server]]:
-    servers: list[Server] = []
+def tagged(wrap: Callable[[ASGIApp], ASGIApp] | None = None) -> Callable[[IOHandler], None]:
+    """Add :class:`Tagging` to the handler's app, then put ``wrap`` around the app."""
 
-    def start(
-        store: InMemoryResponseStore | None = None,
-        wrap: Callable[[ASGIApp], ASGIApp] | None = None,
-    ) -> Server:
-        handler = IOHandler(make_config(), registry=registry(), store=store, with_runner=True)
+    def prepare(handler: IOHandler) -> None:
         app = handler.server.config.app
         app.add_middleware(Tagging)
         if wrap is not None:
             handler.server.config.app = wrap(app)
-        server = Server(handler)
-        servers.append(server)
-        return server
 
-    yield start
-    for server in servers:
-        server.close()
+    return prepare
 
 
-def test_the_chat_post_goes_through_the_apps_own_middleware(serve) -> None:  # type: ignore[no-untyped-def]
-    server = serve()
+def test_the_chat_post_goes_through_the_apps_own_middleware(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(prepare=tagged())
     response = server.client.post("/api/v1/chat", json=BODY)
     assert (response.status_code, response.json()["result"]) == (200, "hi #1")
     assert response.headers["x-tagged"] == "/api/v1/chat"
     assert server.client.get("/health").headers["x-tagged"] == "/health"  # the FastAPI path
 
 
-def test_a_refused_chat_post_is_answered_in_the_json_error_shape(serve) -> None:  # type: ignore[no-untyped-def]
-    server = serve()
+def test_a_refused_chat_post_is_answered_in_the_json_error_shape(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(prepare=tagged())
     limit = server.handler.config.api.max_body_bytes
     too_large = server.client.post("/api/v1/chat", content=b" " * (limit + 1))
     assert (too_large.status_code, too_large.json()["error"]) == (413, "BODY_TOO_LARGE")
@@ -87,15 +74,15 @@ def test_a_refused_chat_post_is_answered_in_the_json_error_shape(serve) -> None:
     assert (invalid.status_code, invalid.json()["error"]) == (422, "INVALID_REQUEST")
 
 
-def test_a_bug_on_the_chat_post_is_a_json_500(serve) -> None:  # type: ignore[no-untyped-def]
-    server = serve(store=BuggyWatchStore())
+def test_a_bug_on_the_chat_post_is_a_json_500(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(store=BuggyWatchStore(), prepare=tagged())
     response = server.client.post("/api/v1/chat", json=BODY)
     assert (response.status_code, response.json()["error"]) == (500, "INTERNAL_ERROR")
     assert "Traceback" not in response.text and "bug" not in response.text
 
 
-def test_the_chat_post_is_served_under_a_mount(serve) -> None:  # type: ignore[no-untyped-def]
-    server = serve(wrap=lambda app: Starlette(routes=[Mount("/agents", app=app)]))
+def test_the_chat_post_is_served_under_a_mount(start_server) -> None:  # type: ignore[no-untyped-def]
+    server = start_server(prepare=tagged(lambda app: Starlette(routes=[Mount("/agents", app=app)])))
     response = server.client.post("/agents/api/v1/chat", json=BODY)
     assert (response.status_code, response.json()["result"]) == (200, "hi #1")
     assert server.client.post("/api/v1/chat", json=BODY).status_code == 404

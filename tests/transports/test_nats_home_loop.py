@@ -7,6 +7,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterator
+from typing import Any
 
 import pytest
 
@@ -47,6 +48,20 @@ def transport(nats_url: str) -> NatsTransport:
     return NatsTransport(settings(nats_url))
 
 
+def input_loop(transport: NatsTransport, process: Any, **settings: Any) -> ConsumerLoop:
+    """A consumer loop on the INPUT queue with short fetch waits; ``settings`` override."""
+    options: dict[str, Any] = {
+        "on_permanent_failure": lambda m: None,
+        "wait_seconds": 0.2,
+        "stop": threading.Event(),
+    } | settings
+    return ConsumerLoop.from_handlers(
+        process=process,
+        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
+        **options,
+    )
+
+
 def run_until(loop: ConsumerLoop, done: Callable[[], bool], timeout: float = 10.0) -> None:
     """Run ``loop`` on a thread until ``done()`` (or the timeout), then stop it."""
     thread = threading.Thread(target=loop.run, kwargs={"exit_on_shutdown": False}, daemon=True)
@@ -77,13 +92,7 @@ def test_messages_are_handled_and_acked_on_the_connection_loop(transport: NatsTr
 
     for i in range(6):
         transport.send(QueueName.INPUT, QueueMessage(body=f"m{i}", group_id=f"s{i % 3}"))
-    loop = ConsumerLoop.from_handlers(
-        process=process,
-        on_permanent_failure=lambda m: None,
-        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
-        wait_seconds=0.2,
-        stop=threading.Event(),
-    )
+    loop = input_loop(transport, process)
     run_until(loop, lambda: len(seen) == 6)
     assert sorted(seen) == [(f"m{i}", True) for i in range(6)]
     assert wait_depth(transport, 0) == 0
@@ -100,14 +109,12 @@ def test_a_failure_is_given_back_and_a_permanent_one_terminated_from_the_loop(
         raise RuntimeError("fails every time")
 
     transport.send(QueueName.INPUT, QueueMessage(body="poison", group_id="g"))
-    loop = ConsumerLoop.from_handlers(
-        process=process,
+    loop = input_loop(
+        transport,
+        process,
         on_permanent_failure=lambda m: hooked.append(m.receive_count),
-        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
         max_receive_count=2,
         retry_backoff=0.05,
-        wait_seconds=0.2,
-        stop=threading.Event(),
     )
     run_until(loop, lambda: bool(hooked))
     assert deliveries == [1, 2] and hooked == [3]  # nacked twice, then terminated
@@ -125,14 +132,7 @@ def test_a_stopping_loop_lets_the_turn_on_the_connection_loop_finish(
         finished.set()
 
     transport.send(QueueName.INPUT, QueueMessage(body="slow", group_id="g"))
-    loop = ConsumerLoop.from_handlers(
-        process=process,
-        on_permanent_failure=lambda m: None,
-        consumer_factory=lambda: transport.create_consumer(QueueName.INPUT),
-        wait_seconds=0.2,
-        stop=threading.Event(),
-        drain_timeout=5.0,
-    )
+    loop = input_loop(transport, process, drain_timeout=5.0)
     run_until(loop, started.is_set)  # stopped while the turn runs
     assert finished.is_set()
     assert wait_depth(transport, 0) == 0
