@@ -80,7 +80,7 @@ from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
 from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.turn_control.outcomes import stopped_doc
-from agentkernel.pipeline.turn_control.signals import Stop
+from agentkernel.pipeline.turn_control.signals import Stop, close_quietly
 from agentkernel.pipeline.turn_control.watcher import StopWatcher
 from agentkernel.pipeline.turn_log import turn_finished
 
@@ -367,18 +367,8 @@ class AgentRunner(QueueConsumer):
         """The turn's outcome is decided: it no longer counts as open in its session (blocking;
         best effort)."""
         signals, key = self.signals, message.group_id
-        if signals is None or key is None:
-            return
-        try:
-            signals.close(key, request_id)
-        except Exception as exc:  # it goes stale on its own; the reply is still sent
-            self._log.log(
-                logging.WARNING,
-                f"close:{type(exc).__name__}",
-                "turn %s answered but could not be marked as ended: %s",
-                request_id,
-                exc,
-            )
+        if signals is not None and key is not None:
+            close_quietly(signals, key, request_id)
 
     # -- committing and replying ---------------------------------------------------------------
 
@@ -434,6 +424,9 @@ class AgentRunner(QueueConsumer):
         The turn closes before its reply is sent: its outcome is decided by the commit, and
         the caller who reads the reply finds its session no longer busy with it.
         """
+        if self.signals is not None and message.group_id == key:  # the usual case
+            self.sessions.commit_turn(key, base, outcome, state, message.position)
+            return
         self.sessions.commit(key, base, outcome, state, message.position)
         self._close(message, outcome.request_id)
 

@@ -23,6 +23,7 @@ Open turns that are never closed (a message lost with its broker) stop counting 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -31,7 +32,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-__all__ = ["InMemoryTurnSignals", "Stop", "StopKind", "TurnSignals"]
+from agentkernel.core.log_limit import RateLimitedLog
+
+__all__ = ["InMemoryTurnSignals", "Stop", "StopKind", "TurnSignals", "close_quietly"]
+
+logger = logging.getLogger(__name__)
+_log = RateLimitedLog(logger)
 
 #: Seconds an open turn that was never closed still counts as open (a session is not busy
 #: forever because one turn's message was lost).
@@ -149,6 +155,21 @@ class TurnSignals(ABC):
 
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise when the backend is unreachable."""
+
+
+def close_quietly(signals: TurnSignals, key: str, request_id: str) -> None:
+    """:meth:`TurnSignals.close`, logging a failure instead of raising it: a turn left open goes
+    stale on its own, and its outcome stands (blocking)."""
+    try:
+        signals.close(key, request_id)
+    except Exception as exc:
+        _log.log(
+            logging.WARNING,
+            f"close:{type(exc).__name__}",
+            "turn %s answered but could not be marked as ended: %s",
+            request_id,
+            exc,
+        )
 
 
 class InMemoryTurnSignals(TurnSignals):

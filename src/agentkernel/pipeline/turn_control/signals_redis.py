@@ -45,7 +45,7 @@ from agentkernel.pipeline.turn_control.signals import (
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["RedisTurnSignals"]
+__all__ = ["RedisTurnSignals", "open_key", "turn_key"]
 
 _errors = functools.partial(
     redis_errors,
@@ -136,10 +136,10 @@ class RedisTurnSignals(TurnSignals):
         self._stop = client.register_script(_STOP)
 
     def _open_key(self, key: str) -> str:
-        return f"{self._prefix}open:{key}"
+        return open_key(self._prefix, key)
 
     def _turn_key(self, request_id: str) -> str:
-        return f"{self._prefix}turn:{request_id}"
+        return turn_key(self._prefix, request_id)
 
     def open(self, key: str, request_id: str, *, exclusive: bool = False) -> list[str]:
         args: list[str | int] = [self._stale_us, request_id, "1" if exclusive else "0"]
@@ -186,6 +186,16 @@ class RedisTurnSignals(TurnSignals):
     def ping(self) -> None:
         with _errors("ping of the turn signals"):
             self._redis.ping()
+
+
+def open_key(prefix: str, key: str) -> str:
+    """The key of the open turns of the session at ``key``, under the store's ``prefix``."""
+    return f"{prefix}open:{key}"
+
+
+def turn_key(prefix: str, request_id: str) -> str:
+    """The key of turn ``request_id``'s mark or stop, under the store's ``prefix``."""
+    return f"{prefix}turn:{request_id}"
 
 
 def _started(key: str) -> str:
