@@ -2,7 +2,9 @@
 
 A commit is one Lua script (compare the version, write, refresh the TTL, and refresh the
 session's entry in its identity's index, the sorted set ``<prefix>sessions:<scope>`` scored by
-the write's time in milliseconds), so it is atomic against every other runner process. A
+the write's time in milliseconds), so it is atomic against every other runner process. A turn's
+commit (:meth:`RedisSessionStore.commit_turn`) also closes the turn in the turn signals kept
+beside the sessions, in the same script. A
 session without a record is new only while the store's
 epoch is intact (:mod:`agentkernel.core.redis_guard`); otherwise the read raises
 :class:`StoreDataLostError` rather than start the session again from nothing.

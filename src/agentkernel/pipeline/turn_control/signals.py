@@ -14,7 +14,10 @@ that keeps the sessions: :meth:`SessionStore.turn_signals
   either superseded before it runs or runs to its end.
 - The runner **starts** a turn (getting the stop asked before it, if any: then it never runs),
   **polls** the stops of the turns it runs (:meth:`~TurnSignals.stops`, one call for all of them)
-  and **closes** each turn once its outcome is committed and sent.
+  and **closes** each turn once its outcome is committed, before its reply is sent
+  (:meth:`SessionStore.commit_turn
+  <agentkernel.pipeline.session_store.base.SessionStore.commit_turn>`), so whoever reads the
+  reply finds the session free of it.
 
 Open turns that are never closed (a message lost with its broker) stop counting after
 ``stale_after`` seconds, so a session cannot stay busy forever.

@@ -14,8 +14,11 @@ Each step is one Lua script or one pipelined round trip: ``open`` (exclusive or 
 stale entries, reads the others and adds the turn in one script; ``stop`` and the first half of
 ``start`` are compare-and-sets on the turn's one key, so a ``SUPERSEDE`` and a ``start`` racing
 for the same turn have exactly one winner; ``stops`` is one ``MGET``; ``close`` removes the
-turn's entry and deletes its key in one pipeline (a closed turn has answered, and a cancel reads
-the reply before it asks for a stop, so its stop is no longer needed).
+turn's entry and deletes its key in one pipeline (a closed turn's outcome is committed, so its
+stop is no longer needed). The runner's close usually runs inside the session store's commit
+script instead (:meth:`RedisSessionStore.commit_turn`), through :func:`open_key` and
+:func:`turn_key`. A cancel that comes after that close and before the reply is stored leaves its
+stop behind, until ``ttl``: nothing reads it (the turn is committed).
 
 Every script but ``start`` touches one key. ``start`` touches the turn's key and its session's
 set, which on Redis Cluster would have to share a hash slot; the session store's own commit (the
