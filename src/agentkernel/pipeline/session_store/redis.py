@@ -141,12 +141,17 @@ class RedisSessionStore(SessionStore):
         position: Position | None = None,
     ) -> SessionRecord:
         """The commit and the close in one script, one round trip, when the signals are this
-        store's own (:class:`RedisTurnSignals` beside the records)."""
-        if not isinstance(self.turn_signals(), RedisTurnSignals):
+        store's own (:class:`RedisTurnSignals` beside the records) and a subclass changed
+        neither ``commit`` nor ``write``."""
+        if not (isinstance(self.turn_signals(), RedisTurnSignals) and self._plain_commit()):
             return super().commit_turn(session_id, base, outcome, state, position)
         record = base.advance(outcome, state, position)
         self._write(session_id, record, base.version, outcome.request_id)
         return record
+
+    def _plain_commit(self) -> bool:
+        cls = type(self)
+        return cls.commit is SessionStore.commit and cls.write is RedisSessionStore.write
 
     def _write(
         self, session_id: str, record: SessionRecord, expected_version: int, closing: str | None
