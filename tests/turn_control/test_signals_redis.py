@@ -10,6 +10,7 @@ import redis
 
 from agentkernel.core.errors import SessionStoreUnavailableError
 from agentkernel.core.redis_client import redis_client
+from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.turn_control import Stop, StopKind, TurnSignals
 from agentkernel.pipeline.turn_control.signals_redis import RedisTurnSignals
@@ -65,6 +66,34 @@ class TestRedisTurnSignals(TurnSignalsContract):
         signals.start("t", "d")
         signals.forget_session("t")
         assert self.keys() == []
+
+    def test_a_commit_stands_when_the_close_beside_it_fails(self) -> None:
+        store = RedisSessionStore(self.url, prefix=self.prefix)
+        signals = store.turn_signals()
+        assert signals is not None
+        signals.open("s", "r1")
+        self.client.set(f"{self.prefix}open:s", "not a set")  # the close's ZREM now fails
+        outcome = TurnOutcome("r1", 200, "{}")
+        written = store.commit_turn("s", store.read("s"), outcome, {"n": 1})
+        assert store.read("s") == written and written.last == outcome
+
+    def test_a_subclass_that_changes_write_keeps_it_for_commit_turn(self) -> None:
+        writes: list[str] = []
+
+        class Counting(RedisSessionStore):
+            def write(
+                self, session_id: str, record: SessionRecord, *, expected_version: int
+            ) -> None:
+                writes.append(session_id)
+                super().write(session_id, record, expected_version=expected_version)
+
+        store = Counting(self.url, prefix=self.prefix)
+        signals = store.turn_signals()
+        assert signals is not None
+        signals.open("s", "r1")
+        store.commit_turn("s", store.read("s"), TurnOutcome("r1", 200, "{}"), {"n": 1})
+        assert writes == ["s"]
+        assert signals.open("s", "probe") == []  # closed all the same
 
     def test_an_unreachable_redis_is_an_outage(self) -> None:
         signals = RedisTurnSignals(redis.Redis.from_url("redis://127.0.0.1:1/0"), "x:")

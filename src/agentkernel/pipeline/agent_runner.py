@@ -55,6 +55,7 @@ from agentkernel.pipeline.envelope import (
 )
 from agentkernel.pipeline.execution import Streamer, execute, turn_of
 from agentkernel.pipeline.last_errors import LastErrors, cause_of
+from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.process.collector import tune_for_server
 from agentkernel.pipeline.process.health_server import HealthServer
 from agentkernel.pipeline.process.metrics import METRICS
@@ -79,7 +80,7 @@ from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
 from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.turn_control.outcomes import stopped_doc
-from agentkernel.pipeline.turn_control.signals import Stop
+from agentkernel.pipeline.turn_control.signals import Stop, close_quietly
 from agentkernel.pipeline.turn_control.watcher import StopWatcher
 from agentkernel.pipeline.turn_log import turn_finished
 
@@ -124,6 +125,11 @@ class AgentRunner(QueueConsumer):
         self.signals = self.sessions.turn_signals(control.stale_after)
         self.watcher = (
             None if self.signals is None else StopWatcher(self.signals, control.poll_interval)
+        )
+        # Session calls that also reach the signals (read + start, commit + close) run inline
+        # only when neither can block.
+        self._inline = self.sessions.nonblocking and (
+            self.signals is None or self.signals.nonblocking
         )
 
     # -- entry points ----------------------------------------------------------------------
@@ -229,8 +235,10 @@ class AgentRunner(QueueConsumer):
             )
             return
         key, user = _key(message, session_id), message.attributes.get(ATTR_USER_ID)
-        record = await call(self.sessions.nonblocking, self.adoption.read, key, session_id, user)
-        if record.owner is not None and user != record.owner:
+        record, stop = await call(
+            self._inline, self._read_and_start, key, session_id, user, request_id, message.position
+        )
+        if not _owned_by(record, user):
             # Another identity's session: answered as if it did not exist (no existence leak).
             doc = error_doc("NOT_FOUND", "no such session", session_id, request_id)
             await self._reply(message, 404, doc)
@@ -240,7 +248,7 @@ class AgentRunner(QueueConsumer):
             return
         if record.owner is None and user is not None:
             record = dataclasses.replace(record, owner=user)  # the first turn claims the session
-        if (stop := await self._start(key, request_id)) is not None:
+        if stop is not None:
             await self._stopped_before_start(message, session_id, record, stop)
             return
         if self.last_attempt.runs_alone(message):
@@ -309,12 +317,28 @@ class AgentRunner(QueueConsumer):
 
     # -- turn control (pipeline.turn_control) ---------------------------------------------------
 
-    async def _start(self, key: str, request_id: str) -> Stop | None:
-        """Mark the turn as started; the stop asked for it before it ran, if any."""
+    def _read_and_start(
+        self,
+        key: str,
+        session_id: str,
+        user: str | None,
+        request_id: str,
+        position: Position | None,
+    ) -> tuple[SessionRecord, Stop | None]:
+        """Read the turn's session record and, if the turn is to run (the caller's session,
+        not applied yet), mark it as started: one thread hop for both (blocking).
+
+        Returns:
+            the record, and the stop asked for the turn before it started, if any (then it
+            must not run).
+        """
+        record = self.adoption.read(key, session_id, user)
         signals = self.signals
-        if signals is None:
-            return None
-        return await call(signals.nonblocking, signals.start, key, request_id)
+        if signals is None or not _owned_by(record, user):
+            return record, None
+        if record.has_applied(request_id, position):
+            return record, None
+        return record, signals.start(key, request_id)
 
     def _watching(
         self, request_id: str
@@ -340,20 +364,11 @@ class AgentRunner(QueueConsumer):
         await self._commit_and_reply(message, session_id, record, outcome, None)
 
     def _close(self, message: QueueMessage, request_id: str) -> None:
-        """The turn has answered: it no longer counts as open in its session (blocking)."""
+        """The turn's outcome is decided: it no longer counts as open in its session (blocking;
+        best effort)."""
         signals, key = self.signals, message.group_id
-        if signals is None or key is None:
-            return
-        try:
-            signals.close(key, request_id)
-        except Exception as exc:  # it goes stale on its own; the reply is sent
-            self._log.log(
-                logging.WARNING,
-                f"close:{type(exc).__name__}",
-                "turn %s answered but could not be marked as ended: %s",
-                request_id,
-                exc,
-            )
+        if signals is not None and key is not None:
+            close_quietly(signals, key, request_id)
 
     # -- committing and replying ---------------------------------------------------------------
 
@@ -373,9 +388,9 @@ class AgentRunner(QueueConsumer):
         Losing the commit to another attempt of the same turn re-sends that attempt's reply;
         losing it to a different turn raises, so the turn runs again on the newer state.
         """
-        commit, key, position = self.sessions.commit, _key(message, session_id), message.position
+        key, position = _key(message, session_id), message.position
         try:
-            await call(self.sessions.nonblocking, commit, key, base, outcome, state, position)
+            await call(self._inline, self._commit, message, key, base, outcome, state)
         except StaleSessionError:
             fresh = await self._read(key)
             if fresh.version == 0 and base.version > 0:  # erased while the turn ran
@@ -391,10 +406,29 @@ class AgentRunner(QueueConsumer):
             await self._replay(message, session_id, fresh, outcome.request_id)
             return
         try:
-            await self._send(message, session_id, outcome)
+            await self._send(message, session_id, outcome, close=False)
         except MessageRejectedError as exc:
             record = base.advance(outcome, state, position)
             await self._reject_reply(message, session_id, record, exc, base)
+
+    def _commit(
+        self,
+        message: QueueMessage,
+        key: str,
+        base: SessionRecord,
+        outcome: TurnOutcome,
+        state: dict[str, Any] | None,
+    ) -> None:
+        """Commit the turn's outcome, then close the turn: one thread hop for both (blocking).
+
+        The turn closes before its reply is sent: its outcome is decided by the commit, and
+        the caller who reads the reply finds its session no longer busy with it.
+        """
+        if self.signals is not None and message.group_id == key:  # the usual case
+            self.sessions.commit_turn(key, base, outcome, state, message.position)
+            return
+        self.sessions.commit(key, base, outcome, state, message.position)
+        self._close(message, outcome.request_id)
 
     async def _replay(
         self, message: QueueMessage, session_id: str, record: SessionRecord, request_id: str
@@ -444,9 +478,9 @@ class AgentRunner(QueueConsumer):
         doc = error_doc("REPLY_TOO_LARGE", str(exc), session_id, request_id)
         outcome = TurnOutcome(request_id, 500, json.dumps(doc))
         state = None if before is None else before.state
-        commit, key, position = self.sessions.commit, _key(message, session_id), message.position
-        await call(self.sessions.nonblocking, commit, key, record, outcome, state, position)
-        await self._send(message, session_id, outcome)
+        key = _key(message, session_id)
+        await call(self._inline, self._commit, message, key, record, outcome, state)
+        await self._send(message, session_id, outcome, close=False)
 
     async def _state_not_stored(
         self, message: QueueMessage, turn: Turn, base: SessionRecord, exc: SessionStateError
@@ -491,28 +525,39 @@ class AgentRunner(QueueConsumer):
     def _streamer(self, message: QueueMessage, turn: Turn) -> Streamer:
         return Streamer(self.transport, message, turn)
 
-    async def _send(self, message: QueueMessage, session_id: str, outcome: TurnOutcome) -> None:
+    async def _send(
+        self, message: QueueMessage, session_id: str, outcome: TurnOutcome, *, close: bool = True
+    ) -> None:
+        """Put the reply on OUTPUT; ``close``: then close the turn (not closed by a commit)."""
         reply = reply_message(
             message, session_id, outcome.request_id, outcome.status_code, outcome.body
         )
         if self.stream_all:
             reply.attributes[ATTR_STREAM] = "1"
-        signals, transport = self.signals, self.transport
+        transport, closing = self.transport, self.signals if close else None
         if transport.sends_on_loop and not transport.nonblocking:
             # No worker thread to publish from (on NATS the handling runs on the client's own
             # loop, so the publish is awaited right there): only the close may need one.
             await transport.send_async(QueueName.OUTPUT, reply)
-            if signals is not None:
-                await call(signals.nonblocking, self._close, message, outcome.request_id)
+            if closing is not None:
+                await call(closing.nonblocking, self._close, message, outcome.request_id)
             return
-        inline = transport.nonblocking and (signals is None or signals.nonblocking)
-        await call(inline, self._deliver, message, reply, outcome.request_id)
+        inline = transport.nonblocking and (closing is None or closing.nonblocking)
+        await call(inline, self._deliver, message, reply, outcome.request_id, closing is not None)
 
-    def _deliver(self, message: QueueMessage, reply: QueueMessage, request_id: str) -> None:
-        """Put the reply on OUTPUT, then close the turn in its session: one thread hop for
-        both (blocking)."""
+    def _deliver(
+        self, message: QueueMessage, reply: QueueMessage, request_id: str, close: bool
+    ) -> None:
+        """Put the reply on OUTPUT, then (``close``) close the turn in its session: one thread
+        hop for both (blocking)."""
         self.transport.send(QueueName.OUTPUT, reply)
-        self._close(message, request_id)
+        if close:
+            self._close(message, request_id)
+
+
+def _owned_by(record: SessionRecord, user: str | None) -> bool:
+    """Whether the session of ``record`` is ``user``'s to use (unowned sessions are anyone's)."""
+    return record.owner is None or user == record.owner
 
 
 def _key(message: QueueMessage, session_id: str) -> str:

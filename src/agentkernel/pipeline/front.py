@@ -64,6 +64,7 @@ from agentkernel.pipeline.sessions import SessionsAPI
 from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.turn_control.api import TurnControlAPI
+from agentkernel.pipeline.turn_control.strategies import TurnOpening
 from agentkernel.pipeline.webhooks.intake import WebhookCheck
 
 __all__ = [
@@ -153,29 +154,39 @@ class ChatFront:
             chat.session_id, chat_call.idempotency_key, owner
         )
         turn = TurnAddress(chat.session_id, request_id)
-        await self._admit(chat, turn, owner, named=not fresh)
+        if not fresh:  # a retry: its ticket is checked before its reply is looked for
+            await self._admit(chat, turn, owner)
         traceparent = traceparent_or_new(chat_call.traceparent)
         if chat_call.stream:
             if fresh or not await self._read(turn):
-                await self.turn_ops.open(chat, request_id, owner)
-                await self._enqueue(chat, turn, traceparent, owner)
+                await self._send_turn(chat, turn, traceparent, owner, admitted=not fresh)
             return StreamAnswer(request_id, chat.session_id, owner=owner)
         if wants_async(chat_call.prefer, self.config.execution.mode):
             if not fresh and (known := await self._read(turn)):
                 return await self._answered(known, chat.session_id, owner)
-            await self._send_turn(chat, turn, traceparent, owner)
+            await self._send_turn(chat, turn, traceparent, owner, admitted=not fresh)
             return accepted(turn)
         async with self.store.watch(request_id) as watch:  # before the send: nothing slips by
             if not fresh and (known := await self._read(turn)):
                 return await self._answered(known, chat.session_id, owner)
-            await self._send_turn(chat, turn, traceparent, owner)
+            await self._send_turn(chat, turn, traceparent, owner, admitted=not fresh)
             record = await self._wait(turn, chat_call.budget, watch)
         return await self._answered(record, chat.session_id, owner, location=turn.location)
 
     async def _send_turn(
-        self, chat: ChatRequest, turn: TurnAddress, traceparent: str, owner: str | None
+        self,
+        chat: ChatRequest,
+        turn: TurnAddress,
+        traceparent: str,
+        owner: str | None,
+        *,
+        admitted: bool,
     ) -> None:
-        await self.turn_ops.open(chat, turn.request_id, owner)
+        """Open the turn (keeping its ticket too unless ``admitted``), then enqueue it."""
+        if admitted:
+            await self.turn_ops.open(chat, turn.request_id, owner)
+        else:  # a fresh id: nothing can have sent it before, so no reply to look for first
+            await self._admit(chat, turn, owner, named=False, open_turn=True)
         await self._enqueue(chat, turn, traceparent, owner)
 
     def _checked_size(self, body: bytes) -> bytes:
@@ -214,8 +225,7 @@ class ChatFront:
                 refuses the size, 503 when it does not answer.
         """
         turn = TurnAddress(chat.session_id, request_id)
-        await self._admit(chat, turn, identity)
-        await self.turn_ops.open(chat, request_id, identity)
+        await self._admit(chat, turn, identity, open_turn=True)
         await self._enqueue(chat, turn, traceparent_or_new(traceparent), identity, attributes)
 
     async def get_chat(
@@ -340,19 +350,42 @@ class ChatFront:
     # -- the steps of a turn ------------------------------------------------------------------
 
     async def _admit(
-        self, chat: ChatRequest, turn: TurnAddress, owner: str | None, named: bool = True
+        self,
+        chat: ChatRequest,
+        turn: TurnAddress,
+        owner: str | None,
+        named: bool = True,
+        *,
+        open_turn: bool = False,
     ) -> None:
         """Keep the turn's ticket; 422 when its idempotency key was used for other content
-        (``named=False``: a random request id, which nothing can reuse)."""
+        (``named=False``: a random request id, which nothing can reuse). ``open_turn``: then
+        open it under its session (:meth:`TurnControlAPI.open`) in the same thread hop."""
         await self.webhooks.check(chat)  # 400 for a webhook this deployment will not call
+        opening = self.turn_ops.opening(chat, turn.request_id, owner) if open_turn else None
+        inline = self.store.nonblocking and (opening is None or opening.nonblocking)
         try:
-            if self.quota.counts(owner):  # no thread hop for a turn nobody counts
-                quota = self.quota.admit
-                await call(self.store.nonblocking, quota, owner, turn.request_id, chat.session_id)
-            store, request_id = self.store, turn.request_id
-            await call(store.nonblocking, admit, store, chat, request_id, owner, named)
+            await call(inline, self._admission, chat, turn, owner, named, opening)
         except StoreError as exc:  # full, or lost its data: the turn could not be answered
             raise self._store_error(turn, exc) from exc
+        if open_turn:
+            await self.turn_ops.opened(chat, turn.request_id, owner, opening)
+
+    def _admission(
+        self,
+        chat: ChatRequest,
+        turn: TurnAddress,
+        owner: str | None,
+        named: bool,
+        opening: TurnOpening | None,
+    ) -> None:
+        """The quota's count, the ticket, then the opening (which keeps its own errors for
+        :meth:`TurnControlAPI.opened`): blocking, one thread hop for all."""
+        if self.quota.counts(owner):
+            self.quota.admit(owner, turn.request_id, chat.session_id)
+        admit(self.store, chat, turn.request_id, owner, named)
+        if opening is not None:
+            opening.run()
 
     async def _read(self, turn: TurnAddress) -> ResponseRecord | None:
         """The stored reply of ``turn``; a store failure becomes an answer saying where to poll."""

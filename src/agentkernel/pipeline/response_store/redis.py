@@ -89,6 +89,17 @@ end
 return added
 """
 
+# Writes reply ARGV[1] for ARGV[2] ms, adds its request id ARGV[3] to its session's set (KEYS[2]),
+# and wakes the waiters of every IO process with ARGV[4] (the reply itself, or '1'). A script
+# rather than a MULTI pipeline: as atomic, one command to send and one answer to read.
+_PUT = """
+redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
+redis.call('SADD', KEYS[2], ARGV[3])
+redis.call('PEXPIRE', KEYS[2], ARGV[2])
+redis.call('PUBLISH', KEYS[3], ARGV[4])
+return 1
+"""
+
 # Keeps ticket ARGV[1] unless one is kept already; returns the kept one (first wins). A missing
 # ticket while the epoch KEYS[2] is not ARGV[3] (or misses are refused: ARGV[4]) returns 0.
 _ACCEPT = """
@@ -143,6 +154,7 @@ class RedisResponseStore(ResponseStore):
         self._listener: threading.Thread | None = None
         self._pubsub: Any = None
         self._lock = threading.Lock()
+        self._put = self._redis.register_script(_PUT)
         self._append = self._redis.register_script(_APPEND_CHUNKS)
         self._accept = self._redis.register_script(_ACCEPT)
         self._guard = RedisGuard(self._redis, prefix, key, allow_eviction=allow_eviction)
@@ -162,26 +174,12 @@ class RedisResponseStore(ResponseStore):
         return f"{self._prefix}turns:{session_key(session_id, owner)}"
 
     def put(self, record: ResponseRecord) -> None:
-        text = record.to_json()
-        with _errors(f"write of {record.request_id}"):
-            on_node(
-                self._redis,
-                self._key(record.request_id),
-                lambda node: self._put(node, record, text),
-            )
-
-    def _put(self, node: redis.Redis, record: ResponseRecord, text: str) -> None:
-        """One transaction on ``node``: on a cluster, the node serving the store's slot (a
-        cluster pipeline takes no PUBLISH)."""
-        ttl_ms = int(self.ttl * 1000)
+        text, request_id = record.to_json(), record.request_id
         news = text if len(text) <= NOTIFY_PAYLOAD_BYTES else "1"  # characters <= bytes
-        pipe = node.pipeline()
-        pipe.set(self._key(record.request_id), text, px=ttl_ms)
-        turns = self._turns_key(record.session_id, record.owner)
-        pipe.sadd(turns, record.request_id)
-        pipe.pexpire(turns, ttl_ms)
-        pipe.publish(f"{self._prefix}done:{record.request_id}", news)
-        pipe.execute()
+        keys = [self._key(request_id), self._turns_key(record.session_id, record.owner)]
+        keys.append(f"{self._prefix}done:{request_id}")
+        with _errors(f"write of {request_id}"):
+            self._put(keys=keys, args=[text, int(self.ttl * 1000), request_id, news])
 
     def get(self, request_id: str) -> ResponseRecord | None:
         with _errors(f"read of {request_id}"):

@@ -29,7 +29,11 @@ from agentkernel.pipeline.session_store.index import (
     SessionPage,
     TurnEntry,
 )
-from agentkernel.pipeline.turn_control.signals import STALE_AFTER_SECONDS, TurnSignals
+from agentkernel.pipeline.turn_control.signals import (
+    STALE_AFTER_SECONDS,
+    TurnSignals,
+    close_quietly,
+)
 
 #: How many committed request ids a record remembers. The applied position recognises older
 #: replays; the ids cover deliveries without a comparable position (another ordering unit, a
@@ -225,6 +229,28 @@ class SessionStore(ABC):
         """
         record = base.advance(outcome, state, position)
         self.write(session_id, record, expected_version=base.version)
+        return record
+
+    def commit_turn(
+        self,
+        session_id: str,
+        base: SessionRecord,
+        outcome: TurnOutcome,
+        state: dict[str, Any] | None,
+        position: Position | None = None,
+    ) -> SessionRecord:
+        """:meth:`commit`, then close the turn (``outcome.request_id``) in :meth:`turn_signals`
+        under ``session_id``: its outcome is decided, so it no longer counts as open in its
+        session. The close is best effort: a failure is logged, the commit stands.
+
+        A store whose signals live beside its records may do both in one step.
+
+        Raises:
+            as :meth:`commit` (and then nothing was closed).
+        """
+        record = self.commit(session_id, base, outcome, state, position)
+        if (signals := self.turn_signals()) is not None:
+            close_quietly(signals, session_id, outcome.request_id)
         return record
 
     def load(self, session_id: str) -> dict[str, Any]:

@@ -2,7 +2,9 @@
 
 A commit is one Lua script (compare the version, write, refresh the TTL, and refresh the
 session's entry in its identity's index, the sorted set ``<prefix>sessions:<scope>`` scored by
-the write's time in milliseconds), so it is atomic against every other runner process. A
+the write's time in milliseconds), so it is atomic against every other runner process. A turn's
+commit (:meth:`RedisSessionStore.commit_turn`) also closes the turn in the turn signals kept
+beside the sessions, in the same script. A
 session without a record is new only while the store's
 epoch is intact (:mod:`agentkernel.core.redis_guard`); otherwise the read raises
 :class:`StoreDataLostError` rather than start the session again from nothing.
@@ -15,6 +17,7 @@ becomes :class:`SessionStoreUnavailableError` (worth retrying), a full server
 from __future__ import annotations
 
 import functools
+from typing import Any
 
 from agentkernel.core.errors import (
     SessionStoreError,
@@ -25,7 +28,8 @@ from agentkernel.core.errors import (
 from agentkernel.core.redis_client import require_one_slot
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
-from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
+from agentkernel.pipeline.position import Position
+from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore, TurnOutcome
 from agentkernel.pipeline.session_store.index import (
     SessionEntry,
     SessionPage,
@@ -34,7 +38,7 @@ from agentkernel.pipeline.session_store.index import (
     scope_of,
 )
 from agentkernel.pipeline.turn_control.signals import TurnSignals
-from agentkernel.pipeline.turn_control.signals_redis import RedisTurnSignals
+from agentkernel.pipeline.turn_control.signals_redis import RedisTurnSignals, open_key, turn_key
 
 _errors = functools.partial(
     redis_errors,
@@ -43,16 +47,25 @@ _errors = functools.partial(
     full=StoreFullError,
 )
 
-# Returns -1 when written, else the version found (the caller's read is stale).
+# KEYS: the record, then its identity's index when ARGV[5] (now, ms) is not '', then the
+# session's open turns and the turn's key when ARGV[7] (the turn to close) is not ''.
+# Returns -1 when written, else the version found (the caller's read is stale). The close is
+# best effort (pcall: an error there leaves the commit written and answered as such).
 _COMPARE_AND_SET = """
 local v = tonumber(redis.call('HGET', KEYS[1], 'v') or '0')
 if v ~= tonumber(ARGV[1]) then return v end
 redis.call('HSET', KEYS[1], 'v', ARGV[2], 'doc', ARGV[3])
 redis.call('PEXPIRE', KEYS[1], ARGV[4])
-if KEYS[2] then
+local k = 2
+if ARGV[5] ~= '' then
   redis.call('ZADD', KEYS[2], ARGV[5], ARGV[6])
   redis.call('ZREMRANGEBYSCORE', KEYS[2], '-inf', tonumber(ARGV[5]) - tonumber(ARGV[4]))
   redis.call('PEXPIRE', KEYS[2], ARGV[4])
+  k = 3
+end
+if ARGV[7] ~= '' then
+  redis.pcall('ZREM', KEYS[k], ARGV[7])
+  redis.pcall('DEL', KEYS[k + 1])
 end
 return -1
 """
@@ -117,12 +130,42 @@ class RedisSessionStore(SessionStore):
         return f"{self._prefix}sessions:{scope}"
 
     def write(self, session_id: str, record: SessionRecord, *, expected_version: int) -> None:
+        self._write(session_id, record, expected_version, None)
+
+    def commit_turn(
+        self,
+        session_id: str,
+        base: SessionRecord,
+        outcome: TurnOutcome,
+        state: dict[str, Any] | None,
+        position: Position | None = None,
+    ) -> SessionRecord:
+        """The commit and the close in one script, one round trip, when the signals are this
+        store's own (:class:`RedisTurnSignals` beside the records) and a subclass changed
+        neither ``commit`` nor ``write``."""
+        if not (isinstance(self.turn_signals(), RedisTurnSignals) and self._plain_commit()):
+            return super().commit_turn(session_id, base, outcome, state, position)
+        record = base.advance(outcome, state, position)
+        self._write(session_id, record, base.version, outcome.request_id)
+        return record
+
+    def _plain_commit(self) -> bool:
+        cls = type(self)
+        return cls.commit is SessionStore.commit and cls.write is RedisSessionStore.write
+
+    def _write(
+        self, session_id: str, record: SessionRecord, expected_version: int, closing: str | None
+    ) -> None:
+        """The compare-and-set of ``write``; ``closing``: also close that turn of the session."""
         doc = record.encode()
-        args: list[str | int] = [expected_version, record.version, doc, self._ttl_ms]
+        args: list[str | int] = [expected_version, record.version, doc, self._ttl_ms, "", "", ""]
         keys = [self._key(session_id)]
         if (scope := scope_of(session_id, record.owner)) is not None:
             keys.append(self._index_key(scope))
-            args += [now_ms(), session_id]
+            args[4:6] = [now_ms(), session_id]
+        if closing is not None:
+            keys += [open_key(self._prefix, session_id), turn_key(self._prefix, closing)]
+            args[6] = closing
         with _errors(f"write of session {session_id}"):
             found = int(self._cas(keys=keys, args=args))
         if found != -1:

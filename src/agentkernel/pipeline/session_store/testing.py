@@ -88,6 +88,33 @@ class SessionStoreContract:
         record = store.read(session)
         assert (record.state, record.version, record.last) == ({"by": "winner"}, 1, winner)
 
+    def test_commit_turn_commits_and_closes_the_turn(self) -> None:
+        store, session = self.make_store(), self.session()
+        signals = store.turn_signals()
+        if signals is not None:
+            signals.open(session, "r1")
+            assert signals.start(session, "r1") is None
+            signals.open(session, "r2")  # queued behind it: stays open
+        outcome = _outcome("r1")
+        written = store.commit_turn(session, store.read(session), outcome, {"n": 1})
+        assert store.read(session) == written
+        assert (written.state, written.version, written.last) == ({"n": 1}, 1, outcome)
+        if signals is not None:
+            assert signals.open(session, "probe") == ["r2"]
+
+    def test_a_stale_commit_turn_closes_nothing(self) -> None:
+        store, session = self.make_store(), self.session()
+        signals = store.turn_signals()
+        if signals is not None:
+            signals.open(session, "r1")
+        base = store.read(session)
+        store.commit(session, base, _outcome(), {"by": "winner"})
+        with pytest.raises(StaleSessionError):
+            store.commit_turn(session, base, _outcome("r1"), {"by": "zombie"})
+        assert store.read(session).state == {"by": "winner"}
+        if signals is not None:
+            assert signals.open(session, "probe") == ["r1"]
+
     def test_concurrent_commits_from_one_version_have_one_winner(self) -> None:
         store, session = self.make_store(), self.session()
         base = store.read(session)

@@ -37,7 +37,7 @@ from agentkernel.pipeline.session_store.base import SessionStore
 from agentkernel.pipeline.store_errors import store_error
 from agentkernel.pipeline.turn_control.outcomes import STOPPED_CODES
 from agentkernel.pipeline.turn_control.signals import Stop, StopKind, TurnSignals
-from agentkernel.pipeline.turn_control.strategies import open_turn
+from agentkernel.pipeline.turn_control.strategies import TurnOpening
 
 __all__ = ["TurnControlAPI", "cancel_frame"]
 
@@ -85,17 +85,34 @@ class TurnControlAPI:
                 ``enqueue`` is asked and this process cannot reach the session store, 503 when
                 the store fails for such a strategy.
         """
-        strategy = chat.multitask_strategy or self.config.multitask_strategy
-        signals, turn = self.signals(), TurnAddress(chat.session_id, request_id)
+        opening = self.opening(chat, request_id, owner)
+        if opening is not None:
+            await call(opening.nonblocking, opening.run)
+        await self.opened(chat, request_id, owner, opening)
+
+    def opening(self, chat: ChatRequest, request_id: str, owner: str | None) -> TurnOpening | None:
+        """The blocking half of :meth:`open`, for a caller that runs it beside other blocking
+        work (``None``: this process keeps no signals); pass it to :meth:`opened` once run."""
+        signals = self.signals()
         if signals is None:
+            return None
+        strategy = chat.multitask_strategy or self.config.multitask_strategy
+        return TurnOpening(signals, session_key(chat.session_id, owner), request_id, strategy)
+
+    async def opened(
+        self, chat: ChatRequest, request_id: str, owner: str | None, opening: TurnOpening | None
+    ) -> None:
+        """The end of :meth:`open` once ``opening`` ran (raises as :meth:`open` does)."""
+        strategy = chat.multitask_strategy or self.config.multitask_strategy
+        turn = TurnAddress(chat.session_id, request_id)
+        if opening is None:
             if strategy is not MultitaskStrategy.ENQUEUE:
                 refusal = _unsupported(turn)
                 await self._keep_refusal(turn, refusal, owner)
                 raise refusal
             return
-        key = session_key(chat.session_id, owner)
         try:
-            stopped = await call(signals.nonblocking, open_turn, signals, key, request_id, strategy)
+            stopped = opening.result()
         except HTTPError as exc:  # reject: the session is busy
             exc.doc["session_id"] = chat.session_id
             await self._keep_refusal(turn, exc, owner)

@@ -14,7 +14,10 @@ that keeps the sessions: :meth:`SessionStore.turn_signals
   either superseded before it runs or runs to its end.
 - The runner **starts** a turn (getting the stop asked before it, if any: then it never runs),
   **polls** the stops of the turns it runs (:meth:`~TurnSignals.stops`, one call for all of them)
-  and **closes** each turn once its outcome is committed and sent.
+  and **closes** each turn once its outcome is committed, before its reply is sent
+  (:meth:`SessionStore.commit_turn
+  <agentkernel.pipeline.session_store.base.SessionStore.commit_turn>`), so whoever reads the
+  reply finds the session free of it.
 
 Open turns that are never closed (a message lost with its broker) stop counting after
 ``stale_after`` seconds, so a session cannot stay busy forever.
@@ -23,6 +26,7 @@ Open turns that are never closed (a message lost with its broker) stop counting 
 from __future__ import annotations
 
 import json
+import logging
 import threading
 import time
 from abc import ABC, abstractmethod
@@ -31,7 +35,12 @@ from dataclasses import dataclass
 from enum import StrEnum
 from typing import Any, ClassVar
 
-__all__ = ["InMemoryTurnSignals", "Stop", "StopKind", "TurnSignals"]
+from agentkernel.core.log_limit import RateLimitedLog
+
+__all__ = ["InMemoryTurnSignals", "Stop", "StopKind", "TurnSignals", "close_quietly"]
+
+logger = logging.getLogger(__name__)
+_log = RateLimitedLog(logger)
 
 #: Seconds an open turn that was never closed still counts as open (a session is not busy
 #: forever because one turn's message was lost).
@@ -149,6 +158,21 @@ class TurnSignals(ABC):
 
     def ping(self) -> None:  # noqa: B027 - optional hook
         """Raise when the backend is unreachable."""
+
+
+def close_quietly(signals: TurnSignals, key: str, request_id: str) -> None:
+    """:meth:`TurnSignals.close`, logging a failure instead of raising it: a turn left open goes
+    stale on its own, and its outcome stands (blocking)."""
+    try:
+        signals.close(key, request_id)
+    except Exception as exc:
+        _log.log(
+            logging.WARNING,
+            f"close:{type(exc).__name__}",
+            "turn %s answered but could not be marked as ended: %s",
+            request_id,
+            exc,
+        )
 
 
 class InMemoryTurnSignals(TurnSignals):

@@ -14,8 +14,11 @@ Each step is one Lua script or one pipelined round trip: ``open`` (exclusive or 
 stale entries, reads the others and adds the turn in one script; ``stop`` and the first half of
 ``start`` are compare-and-sets on the turn's one key, so a ``SUPERSEDE`` and a ``start`` racing
 for the same turn have exactly one winner; ``stops`` is one ``MGET``; ``close`` removes the
-turn's entry and deletes its key in one pipeline (a closed turn has answered, and a cancel reads
-the reply before it asks for a stop, so its stop is no longer needed).
+turn's entry and deletes its key in one pipeline (a closed turn's outcome is committed, so its
+stop is no longer needed). The runner's close usually runs inside the session store's commit
+script instead (:meth:`RedisSessionStore.commit_turn`), through :func:`open_key` and
+:func:`turn_key`. A cancel that comes after that close and before the reply is stored leaves its
+stop behind, until ``ttl``: nothing reads it (the turn is committed).
 
 Every script but ``start`` touches one key. ``start`` touches the turn's key and its session's
 set, which on Redis Cluster would have to share a hash slot; the session store's own commit (the
@@ -45,7 +48,7 @@ from agentkernel.pipeline.turn_control.signals import (
 if TYPE_CHECKING:
     import redis
 
-__all__ = ["RedisTurnSignals"]
+__all__ = ["RedisTurnSignals", "open_key", "turn_key"]
 
 _errors = functools.partial(
     redis_errors,
@@ -136,10 +139,10 @@ class RedisTurnSignals(TurnSignals):
         self._stop = client.register_script(_STOP)
 
     def _open_key(self, key: str) -> str:
-        return f"{self._prefix}open:{key}"
+        return open_key(self._prefix, key)
 
     def _turn_key(self, request_id: str) -> str:
-        return f"{self._prefix}turn:{request_id}"
+        return turn_key(self._prefix, request_id)
 
     def open(self, key: str, request_id: str, *, exclusive: bool = False) -> list[str]:
         args: list[str | int] = [self._stale_us, request_id, "1" if exclusive else "0"]
@@ -186,6 +189,16 @@ class RedisTurnSignals(TurnSignals):
     def ping(self) -> None:
         with _errors("ping of the turn signals"):
             self._redis.ping()
+
+
+def open_key(prefix: str, key: str) -> str:
+    """The key of the open turns of the session at ``key``, under the store's ``prefix``."""
+    return f"{prefix}open:{key}"
+
+
+def turn_key(prefix: str, request_id: str) -> str:
+    """The key of turn ``request_id``'s mark or stop, under the store's ``prefix``."""
+    return f"{prefix}turn:{request_id}"
 
 
 def _started(key: str) -> str:

@@ -18,10 +18,11 @@ stopped turns end (``CANCELLED``, ``SUPERSEDED``) before it runs.
 from __future__ import annotations
 
 from agentkernel.core.config_turns import MultitaskStrategy
+from agentkernel.core.errors import StoreError
 from agentkernel.pipeline.chat import HTTPError
 from agentkernel.pipeline.turn_control.signals import Stop, StopKind, TurnSignals
 
-__all__ = ["MultitaskStrategy", "open_turn"]
+__all__ = ["MultitaskStrategy", "TurnOpening", "open_turn"]
 
 
 _STOPS = {
@@ -59,3 +60,43 @@ def open_turn(
         return []
     stop = Stop(kind, by=request_id)
     return [rid for rid in others if signals.stop(key, rid, stop) == stop]
+
+
+class TurnOpening:
+    """:func:`open_turn` for one turn, split so that a front can run it in the same worker-thread
+    call as the turn's ticket: :meth:`run` blocks and keeps what happened, :meth:`result` tells
+    it on the event loop.
+
+    Args:
+        signals: the session store's turn signals.
+        key: the session's store key.
+        request_id: the turn to open.
+        strategy: what it does to the session's other open turns.
+    """
+
+    def __init__(
+        self, signals: TurnSignals, key: str, request_id: str, strategy: MultitaskStrategy
+    ) -> None:
+        self.signals, self.key, self.request_id, self.strategy = signals, key, request_id, strategy
+        #: ``run`` never waits on I/O (in-process signals): it may run on the event loop.
+        self.nonblocking = signals.nonblocking
+        self._stopped: list[str] = []
+        self._error: HTTPError | StoreError | None = None
+
+    def run(self) -> None:
+        """Open the turn (blocking); never raises what :meth:`result` re-raises."""
+        try:
+            self._stopped = open_turn(self.signals, self.key, self.request_id, self.strategy)
+        except (HTTPError, StoreError) as exc:
+            self._error = exc
+
+    def result(self) -> list[str]:
+        """The turns asked to stop, as :func:`open_turn` returns them.
+
+        Raises:
+            HTTPError: 409 ``SESSION_BUSY`` (``reject``).
+            StoreError: the signals could not be reached.
+        """
+        if self._error is not None:
+            raise self._error
+        return self._stopped
