@@ -227,7 +227,8 @@ def turn_of(
         request_id=message.attributes[ATTR_REQUEST_ID],
         agent=agent,
         session_key=key,
-        state=copy.deepcopy(state),  # the record keeps the state before the turn
+        # the record keeps the state before the turn (a new session's is empty: nothing to copy)
+        state=copy.deepcopy(state) if state else {},
         extra=body.model_extra or {},
         attempt=message.receive_count,
         traceparent=message.attributes.get(ATTR_TRACEPARENT),
