@@ -109,6 +109,14 @@ class Deployment:
     def runs(self) -> list[str]:
         return self.run_log.read_text().split() if self.run_log.exists() else []
 
+    def wait_started(self, request_id: str, timeout: float = 30) -> None:
+        """Wait until a runner has started turn ``request_id`` (the run log names it): a runner
+        that is still starting up on a loaded machine has not, however long a fixed sleep."""
+        deadline = time.monotonic() + timeout
+        while request_id not in self.runs():
+            assert time.monotonic() < deadline, f"turn {request_id} did not start in {timeout}s"
+            time.sleep(0.05)
+
     def close(self) -> None:
         self.client.close()
         for proc in self.procs:

@@ -154,9 +154,8 @@ def test_order_per_session_across_two_runner_processes(ecs: EcsDeployment) -> No
 
 def test_kill_9_mid_turn_is_redelivered_and_answered_once(ecs: EcsDeployment) -> None:
     victim = ecs.runner()
-    time.sleep(1.5)  # let it join the queue
     request_id = ecs.post("k", "survive", asynchronous=True, seconds=2.0).json()["request_id"]
-    time.sleep(1.0)  # the turn is running in the victim
+    ecs.wait_started(request_id)  # the turn is running in the victim
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     ecs.runner()
@@ -183,9 +182,8 @@ def test_poison_turn_gets_an_error_reply_and_lands_in_the_dlq(ecs: EcsDeployment
 
 def test_sigterm_lets_the_in_flight_turn_finish(ecs: EcsDeployment) -> None:
     runner = ecs.runner()
-    time.sleep(1.5)
     request_id = ecs.post("t", "finish-me", asynchronous=True, seconds=2.0).json()["request_id"]
-    time.sleep(1.0)
+    ecs.wait_started(request_id)  # in flight, in a runner that is up (its handlers installed)
     runner.send_signal(signal.SIGTERM)
     assert runner.wait(30) == 0, runner.communicate()[1]
     answer = result(ecs.poll("t", request_id, timeout=10))

@@ -70,9 +70,7 @@ def test_kill_9_of_a_runner_redelivers_after_the_lease(deployment: Deployment) -
     victim = d.runner()
     time.sleep(2.0)
     request_id = d.post("k", "survive", asynchronous=True, seconds=2.0).json()["request_id"]
-    deadline = time.monotonic() + 10
-    while not d.runs() and time.monotonic() < deadline:
-        time.sleep(0.05)
+    d.wait_started(request_id)
     victim.send_signal(signal.SIGKILL)
     victim.wait(10)
     d.runner()
