@@ -27,7 +27,10 @@ from tests.deploy import artifacts as a
 from tests.deploy.test_image import image_commands, image_files
 from tests.transports.test_sqs import create_fifo
 
-pytestmark = [pytest.mark.aws, pytest.mark.slow]
+# The first test of a worker to ask for the image pays for building it (a venv, the project's
+# wheel, the image's extras) inside its own time: far more than the suite's 120 s per test on a
+# slow or loaded machine.
+pytestmark = [pytest.mark.aws, pytest.mark.slow, pytest.mark.timeout(600)]
 
 #: The fake model's answer to the example agent's first turn.
 FIRST_ANSWER = "[Assistant] You said: hi. (1 messages from you so far.)"
