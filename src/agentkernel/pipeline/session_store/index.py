@@ -15,8 +15,9 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, overload
 
 __all__ = [
     "ANONYMOUS",
@@ -24,6 +25,7 @@ __all__ = [
     "SessionEntry",
     "SessionPage",
     "TurnEntry",
+    "TurnLog",
     "now_ms",
     "scope_of",
 ]
@@ -78,6 +80,74 @@ class TurnEntry:
     @classmethod
     def from_doc(cls, doc: dict[str, Any]) -> TurnEntry:
         return cls(str(doc["r"]), int(doc["s"]), doc.get("e"), float(doc["t"]))
+
+
+class TurnLog(Sequence[TurnEntry]):
+    """A session's log of recent turns, oldest first, kept as the JSON objects it is stored as.
+
+    Every turn reads its session's record and writes it back with one more entry, but nothing on
+    that path looks at the entries: they become :class:`TurnEntry` objects only when read (the
+    sessions API). Decoding and encoding a full log object by object cost about as much as a
+    no-op turn. Immutable; equal to any sequence of the same entries.
+
+    Args:
+        docs: the entries as stored (:meth:`TurnEntry.to_doc`).
+
+    Raises:
+        TypeError: an entry is not a JSON object.
+    """
+
+    __slots__ = ("_docs", "_entries")
+
+    def __init__(self, docs: Iterable[dict[str, Any]] = ()) -> None:
+        self._docs = tuple(docs)
+        if not all(type(doc) is dict for doc in self._docs):
+            raise TypeError("a logged turn is not a JSON object")
+        self._entries: tuple[TurnEntry, ...] | None = None
+
+    @classmethod
+    def of(cls, entries: Iterable[TurnEntry]) -> TurnLog:
+        """The log of ``entries`` (itself when it is a :class:`TurnLog` already)."""
+        if isinstance(entries, TurnLog):
+            return entries
+        return cls(entry.to_doc() for entry in entries)
+
+    def appended(self, entry: TurnEntry, limit: int) -> TurnLog:
+        """This log with ``entry`` last, keeping the newest ``limit`` entries."""
+        return TurnLog((*self._docs, entry.to_doc())[-limit:])
+
+    def docs(self) -> list[dict[str, Any]]:
+        """The entries as they are stored."""
+        return list(self._docs)
+
+    def _read(self) -> tuple[TurnEntry, ...]:
+        if self._entries is None:  # a race only builds the same tuple twice
+            self._entries = tuple(TurnEntry.from_doc(doc) for doc in self._docs)
+        return self._entries
+
+    def __len__(self) -> int:
+        return len(self._docs)
+
+    @overload
+    def __getitem__(self, index: int) -> TurnEntry: ...
+    @overload
+    def __getitem__(self, index: slice) -> Sequence[TurnEntry]: ...
+    def __getitem__(self, index: int | slice) -> TurnEntry | Sequence[TurnEntry]:
+        return self._read()[index]
+
+    def __iter__(self) -> Iterator[TurnEntry]:
+        return iter(self._read())
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, Sequence) and not isinstance(other, str | bytes):
+            return self._read() == tuple(other)
+        return NotImplemented
+
+    def __hash__(self) -> int:
+        return hash(self._read())
+
+    def __repr__(self) -> str:
+        return f"TurnLog({list(self._read())!r})"
 
 
 @dataclass(frozen=True)
