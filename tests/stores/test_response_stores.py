@@ -32,6 +32,19 @@ class TestInMemoryResponseStore(ResponseStoreContract):
         return InMemoryResponseStore(ttl=ttl)
 
 
+def test_a_busy_sessions_index_keeps_only_ids_whose_entries_live() -> None:
+    """A session that never idles for ``ttl`` never expires its index, so the index forgets
+    the ids whose replies expired as new ones come (memory bounded by the live replies)."""
+    store = InMemoryResponseStore(ttl=1.0)
+    store.put(ResponseRecord("old", "s", 200, {"result": "a"}))
+    time.sleep(0.6)
+    store.put(ResponseRecord("mid", "s", 200, {"result": "b"}))  # the session stays busy
+    time.sleep(0.6)
+    store.put(ResponseRecord("new", "s", 200, {"result": "c"}))  # "old" expired meanwhile
+    assert store._session_requests("s") == ["mid", "new"]
+    assert store.forget_session("s", None, []) == ["mid", "new"]
+
+
 @pytest.mark.redis
 class TestRedisResponseStore(ResponseStoreContract):
     wake_latency = 0.3
@@ -63,6 +76,58 @@ class TestDynamoDBResponseStore(ResponseStoreContract):
 
     def make_store(self, ttl: float) -> ResponseStore:
         return DynamoDBResponseStore(self.table, ttl=ttl)
+
+
+class _Clock:
+    def __init__(self, now: float) -> None:
+        self.now = now
+
+    def __call__(self) -> float:
+        return self.now
+
+
+@pytest.mark.aws
+def test_a_busy_dynamodb_session_indexes_its_turns_per_period(
+    aws: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One index item per ``ttl``-long period: a session busy for days never grows one item
+    towards DynamoDB's 400 KB limit; an erase still finds every turn whose entries live, and
+    those an earlier version indexed in its single item."""
+    table = f"responses-{uuid.uuid4().hex[:8]}"
+    create_table(table, "request_id")
+    clock = _Clock(100_000.0)
+    monkeypatch.setattr("agentkernel.pipeline.response_store.dynamodb.time.time", clock)
+    store = DynamoDBResponseStore(table, ttl=100.0)
+    dynamodb = boto3.client("dynamodb")
+    dynamodb.put_item(  # a reply an earlier version wrote, indexed in its single item
+        TableName=table,
+        Item={
+            "request_id": {"S": "legacy"},
+            "session_id": {"S": "s"},
+            "status_code": {"N": "200"},
+            "body": {"S": "{}"},
+            "expiry_time": {"N": "100300"},
+        },
+    )
+    dynamodb.update_item(
+        TableName=table,
+        Key={"request_id": {"S": "#turns#s"}},
+        UpdateExpression="ADD turns :id",
+        ExpressionAttributeValues={":id": {"SS": ["legacy"]}},
+    )
+    for at, request_id in ((100_000.0, "a"), (100_150.0, "b"), (100_260.0, "c")):
+        clock.now = at
+        store.put(ResponseRecord(request_id, "s", 200, {"result": request_id}))
+
+    def indexed(period: int) -> list[str]:
+        item = dynamodb.get_item(TableName=table, Key={"request_id": {"S": f"#turns#s#{period}"}})
+        return sorted(item.get("Item", {}).get("turns", {}).get("SS", []))
+
+    assert (indexed(1000), indexed(1001), indexed(1002)) == (["a"], ["b"], ["c"])
+    # "a" was indexed more than a ttl ago: its reply expired, and the erase no longer reads it
+    assert store.forget_session("s", None, []) == ["b", "c", "legacy"]
+    assert indexed(1001) == indexed(1002) == []
+    assert "Item" not in dynamodb.get_item(TableName=table, Key={"request_id": {"S": "#turns#s"}})
 
 
 def test_factory_requires_the_dynamodb_table_name() -> None:
@@ -117,6 +182,36 @@ def test_unreadable_redis_record_is_a_store_error(redis_url: str) -> None:
     with pytest.raises(ResponseStoreError) as caught:
         store.get("r1")
     assert not isinstance(caught.value, StoreUnavailableError)
+    store.close()
+
+
+@pytest.mark.redis
+def test_a_busy_redis_session_indexes_its_turns_per_period(
+    redis_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """As on DynamoDB: one set per ``ttl``-long period, each expiring with its entries, and an
+    erase that finds every live turn, those indexed by an earlier version's single set too."""
+    import redis
+
+    prefix = f"test:{uuid.uuid4().hex}:"
+    client = redis.Redis.from_url(redis_url)
+    store = RedisResponseStore(redis_url, prefix=prefix, ttl=100.0)
+    client.set(f"{prefix}resp:legacy", ResponseRecord("legacy", "s", 200, {}).to_json())
+    client.sadd(f"{prefix}turns:s", "legacy")  # what an earlier version wrote
+    clock = _Clock(100_000.0)
+    monkeypatch.setattr("agentkernel.pipeline.response_store.base.time.time", clock)
+    for at, request_id in ((100_000.0, "a"), (100_150.0, "b"), (100_260.0, "c")):
+        clock.now = at
+        store.put(ResponseRecord(request_id, "s", 200, {"result": request_id}))
+
+    def indexed(period: int) -> list[str]:
+        return sorted(m.decode() for m in client.smembers(f"{prefix}turns:s#{period}"))
+
+    assert (indexed(1000), indexed(1001), indexed(1002)) == (["a"], ["b"], ["c"])
+    assert 0 < client.pttl(f"{prefix}turns:s#1002") <= 100_000  # expires with its entries
+    # "a" was indexed more than a ttl ago: its reply expired, and the erase no longer reads it
+    assert store.forget_session("s", None, []) == ["b", "c", "legacy"]
+    assert not client.exists(f"{prefix}turns:s#1001", f"{prefix}turns:s#1002", f"{prefix}turns:s")
     store.close()
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import math
 import secrets
 import time
 from abc import ABC, abstractmethod
@@ -17,6 +18,24 @@ from agentkernel.pipeline.scoping import session_key
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.response_store.watch import ReplyWatch
+
+
+def index_period(ttl: float) -> int:
+    """The number of the ``ttl``-long period of wall-clock time now is in.
+
+    A shared store indexes a session's request ids per period (one set per period, expiring
+    with its entries), so that a session that never idles for ``ttl`` does not grow one set for
+    ever. An erase reads :func:`index_periods`.
+    """
+    return math.floor(time.time() / ttl)
+
+
+def index_periods(ttl: float) -> tuple[int, int, int]:
+    """The periods whose index can name a turn whose entries still live: the last two (an id
+    indexed before them expired with its entries) and the next one (another process's clock
+    ahead of this one's)."""
+    now = index_period(ttl)
+    return now - 1, now, now + 1
 
 
 def visible(session_id: str, owner: str | None, to_session: str, to_owner: str | None) -> bool:

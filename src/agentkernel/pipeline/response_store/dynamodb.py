@@ -10,7 +10,10 @@ polls with a short, growing interval (the base class's ``wait``). DynamoDB remov
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
 Chunks of streamed replies, and the ticket of an accepted turn, are items of their own; streaming
 clients read chunks with the same short poll. The request ids of a session's tickets and replies
-are a string set in the item ``#turns#<session key>`` (same TTL), so a session can be erased.
+are string sets, so a session can be erased: one item per ``ttl``-long period of time,
+``#turns#<session key>#<period>`` (same TTL), so that a session busy for days does not grow one
+item towards DynamoDB's 400 KB limit, each write of it costing more capacity than the last.
+Earlier versions kept one item, ``#turns#<session key>``; it is still read and erased.
 The per-identity quota counts are one item per
 identity in the same table (:mod:`agentkernel.pipeline.quota.dynamodb`).
 
@@ -43,14 +46,20 @@ from agentkernel.core.botocore_errors import (
 from agentkernel.core.config import DynamoDBStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.quota import QuotaLedger
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
+from agentkernel.pipeline.response_store.base import (
+    ResponseRecord,
+    ResponseStore,
+    TurnTicket,
+    index_period,
+    index_periods,
+)
 from agentkernel.pipeline.scoping import session_key
 
 TTL_ATTRIBUTE = "expiry_time"
 _CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"
 _TICKET = "#ticket"  # the ticket of an accepted turn: key "<request_id>#ticket"
 _SECRET = "#secret"  # the deployment secret (shared_secret), no TTL
-_TURNS = "#turns#"  # a session's request ids: key "#turns#<session key>" (no request id has '#')
+_TURNS = "#turns#"  # a session's request ids: key "#turns#<session key>#<period>" (ids have no '#')
 #: Fail fast when the table cannot be reached, so an API request can answer 503 in seconds.
 _CLIENT_CONFIG = Config(
     connect_timeout=2, read_timeout=5, retries={"max_attempts": 3, "mode": "standard"}
@@ -114,10 +123,11 @@ class DynamoDBResponseStore(ResponseStore):
     def _index(self, session_id: str, owner: str | None, request_id: str) -> None:
         """Add ``request_id`` to its session's set (after its item: a crash between leaves an
         unindexed turn, which the session record's ids still name to an erase)."""
+        key = session_key(session_id, owner)
         with _errors(f"DynamoDB index of {request_id}"):
             self._client.update_item(
                 TableName=self.table_name,
-                Key={"request_id": {"S": _TURNS + session_key(session_id, owner)}},
+                Key={"request_id": {"S": self._turns_item(key, index_period(self.ttl))}},
                 UpdateExpression="ADD turns :id SET #exp = :exp",
                 ExpressionAttributeNames={"#exp": TTL_ATTRIBUTE},
                 ExpressionAttributeValues={
@@ -211,14 +221,26 @@ class DynamoDBResponseStore(ResponseStore):
                 found.append(json.loads(item["body"]["S"]))
         return found
 
+    def _turns_items(self, key: str) -> list[str]:
+        """The index items that can name a live turn of the session, and the single item of
+        earlier versions."""
+        return [self._turns_item(key, n) for n in index_periods(self.ttl)] + [_TURNS + key]
+
+    @staticmethod
+    def _turns_item(key: str, period: int) -> str:
+        return f"{_TURNS}{key}#{period}"
+
     def _session_requests(self, key: str) -> list[str]:
+        found: set[str] = set()
         with _errors(f"DynamoDB read of the turns of session {key}"):
-            item = self._client.get_item(
-                TableName=self.table_name,
-                Key={"request_id": {"S": _TURNS + key}},
-                ConsistentRead=True,
-            ).get("Item")
-        return [] if item is None else list(item.get("turns", {}).get("SS", []))
+            for name in self._turns_items(key):
+                item = self._client.get_item(
+                    TableName=self.table_name,
+                    Key={"request_id": {"S": name}},
+                    ConsistentRead=True,
+                ).get("Item")
+                found.update([] if item is None else item.get("turns", {}).get("SS", []))
+        return sorted(found)
 
     def _erase_turn(self, request_id: str) -> bool:
         found = False
@@ -238,7 +260,8 @@ class DynamoDBResponseStore(ResponseStore):
 
     def _forget_requests(self, key: str) -> None:
         with _errors(f"DynamoDB erase of the turns of session {key}"):
-            self._delete(_TURNS + key)
+            for name in self._turns_items(key):
+                self._delete(name)
 
     def shared_secret(self) -> bytes:
         """Kept in the item ``#secret`` without a TTL; the first process to write it wins."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 import heapq
 import threading
 import time
+from collections import OrderedDict
 from typing import Any
 
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
@@ -35,7 +36,8 @@ class InMemoryResponseStore(ResponseStore):
         self._records: dict[str, tuple[float, ResponseRecord]] = {}
         self._chunks: dict[str, tuple[float, list[dict[str, Any]]]] = {}
         self._tickets: dict[str, tuple[float, TurnTicket]] = {}
-        self._sessions: dict[str, tuple[float, set[str]]] = {}
+        # session key -> (expiry, request id -> expiry of its entries, soonest first)
+        self._sessions: dict[str, tuple[float, OrderedDict[str, float]]] = {}
         self._expiry: list[tuple[float, str]] = []
         self._waiters = WaiterRegistry()
         self._lock = threading.Lock()
@@ -51,9 +53,18 @@ class InMemoryResponseStore(ResponseStore):
         self._waiters.notify(record.request_id, record)  # a watch takes it as it is
 
     def _index(self, session_id: str, owner: str | None, request_id: str, expires: float) -> None:
+        """Index ``request_id`` under its session, in place (a copy of the index per turn made a
+        session's turns dearer the longer it ran), forgetting those whose entries expired (a
+        session busy for longer than ``ttl`` keeps no more ids than its live entries)."""
         key = session_key(session_id, owner)
         entry = self._sessions.get(key)
-        self._sessions[key] = (expires, (set() if entry is None else entry[1]) | {request_id})
+        requests: OrderedDict[str, float] = OrderedDict() if entry is None else entry[1]
+        requests[request_id] = expires
+        requests.move_to_end(request_id)
+        now = expires - self.ttl
+        while requests and next(iter(requests.values())) <= now:
+            requests.popitem(last=False)
+        self._sessions[key] = (expires, requests)
         heapq.heappush(self._expiry, (expires, _SESSION + key))
 
     def get(self, request_id: str) -> ResponseRecord | None:

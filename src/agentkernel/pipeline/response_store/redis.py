@@ -13,8 +13,11 @@ Chunks of a streamed reply are a list at ``<prefix>chunks:<request_id>``; append
 script call for all the chunks of an OUTPUT message) publishes on the same channel, so a
 streaming client connected to any IO process sees them at once. The
 ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``. The request ids
-of each session's tickets and replies are a set at ``<prefix>turns:<session key>`` (with the
-same TTL), so a session can be erased (:meth:`ResponseStore.forget_session`). A ticket is kept
+of each session's tickets and replies are sets, so a session can be erased
+(:meth:`ResponseStore.forget_session`): one per ``ttl``-long period of time,
+``<prefix>turns:<session key>#<period>``, expiring with its entries, so that a session busy for
+days does not grow one set for ever (earlier versions kept one, ``<prefix>turns:<session key>``,
+which is still read and erased). A ticket is kept
 only while the store's epoch is intact (:mod:`agentkernel.core.redis_guard`): after Redis lost
 its data a missing ticket may be a lost one (a retry of a turn answered before), so accepting or
 reading it raises :class:`StoreDataLostError` instead.
@@ -47,7 +50,13 @@ from agentkernel.core.redis_client import on_node, require_one_slot
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
+from agentkernel.pipeline.response_store.base import (
+    ResponseRecord,
+    ResponseStore,
+    TurnTicket,
+    index_period,
+    index_periods,
+)
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 from agentkernel.pipeline.response_store.watch import PushedWatch, announced_record
 from agentkernel.pipeline.scoping import session_key
@@ -171,7 +180,13 @@ class RedisResponseStore(ResponseStore):
         return f"{self._prefix}ticket:{request_id}"
 
     def _turns_key(self, session_id: str, owner: str | None) -> str:
-        return f"{self._prefix}turns:{session_key(session_id, owner)}"
+        key = session_key(session_id, owner)
+        return f"{self._prefix}turns:{key}#{index_period(self.ttl)}"
+
+    def _turns_keys(self, key: str) -> list[str]:
+        """The sets that can name a live turn of the session, and the one of earlier versions."""
+        turns = f"{self._prefix}turns:{key}"
+        return [f"{turns}#{period}" for period in index_periods(self.ttl)] + [turns]
 
     def put(self, record: ResponseRecord) -> None:
         text, request_id = record.to_json(), record.request_id
@@ -354,8 +369,8 @@ class RedisResponseStore(ResponseStore):
 
     def _session_requests(self, key: str) -> list[str]:
         with _errors(f"read of the turns of session {key}"):
-            members = self._redis.smembers(f"{self._prefix}turns:{key}")
-        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
+            members = self._redis.sunion(self._turns_keys(key))
+        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
 
     def _erase_turn(self, request_id: str) -> bool:
         keys = [self._key(request_id), self._ticket_key(request_id), self._chunks_key(request_id)]
@@ -366,7 +381,7 @@ class RedisResponseStore(ResponseStore):
 
     def _forget_requests(self, key: str) -> None:
         with _errors(f"erase of the turns of session {key}"):
-            self._redis.delete(f"{self._prefix}turns:{key}")
+            self._redis.delete(*self._turns_keys(key))
 
     def ping(self) -> None:
         with _errors("ping"):
