@@ -43,6 +43,7 @@ import sys
 import tempfile
 import threading
 import time
+import uuid
 from dataclasses import dataclass
 from math import nan
 from pathlib import Path
@@ -107,15 +108,26 @@ def latency(client: httpx.Client, path: str, n: int) -> list[float]:
     return samples
 
 
+#: Every request a session of its own: wrk's threads each run this script in a Lua state of their
+#: own, whose counter and unseeded ``math.random`` start alike, so the session id also names the
+#: thread (``setup``) and the round (``BENCH_RUN``). Before 2026-12-05 it named neither: both
+#: threads sent each session id at once, and every round sent the same ones again, so a round's
+#: turns went to sessions with up to two turns per earlier round behind them.
 WRK_SCRIPT = """
 wrk.method = "POST"
 wrk.headers["Content-Type"] = "application/json"
 local agent = os.getenv("BENCH_AGENT") or "noop"
+local run = os.getenv("BENCH_RUN") or "0"
+local threads = 0
+function setup(thread)
+  threads = threads + 1
+  thread:set("tid", threads)
+end
 counter = 0
 request = function()
   counter = counter + 1
   return wrk.format(nil, nil, nil,
-    '{"session_id": "wrk-' .. counter .. '-' .. math.random(1, 1e9) .. '", "prompt": "hi", '
+    '{"session_id": "wrk-' .. run .. '-' .. tid .. '-' .. counter .. '", "prompt": "hi", '
     .. '"agent": "' .. agent .. '"}')
 end
 """
@@ -154,7 +166,7 @@ def wrk_round(target: Target, seconds: int, connections: int) -> WrkResult:
         capture_output=True,
         text=True,
         check=True,
-        env={**os.environ, "BENCH_AGENT": target.agent},
+        env={**os.environ, "BENCH_AGENT": target.agent, "BENCH_RUN": uuid.uuid4().hex[:12]},
     ).stdout
     cpu = cpu_seconds(target.server) - cpu_before
     assert re.search(r"Non-2xx or 3xx responses", out) is None, out
