@@ -124,3 +124,18 @@ def test_the_log_is_a_read_only_sequence_of_its_entries() -> None:
     longer = log.appended(TurnEntry("r3", 500, "AGENT_ERROR", 9.0), limit=3)
     assert [e.request_id for e in longer] == ["r1", "r2", "r3"] and len(log) == 3
     assert SessionRecord(log=entries).encode() == SessionRecord(log=log).encode()
+
+
+def test_an_erase_finds_the_turns_of_a_log_it_cannot_read_whole() -> None:
+    text = json.dumps(
+        {
+            "format": 2,
+            "state": {},
+            "turns": [],
+            "last": None,
+            "log": [{"r": "a", "s": 200, "e": None, "t": 1.0}, {"s": 200}, {"r": 7}, {"r": "b"}],
+        }
+    )
+    log = SessionRecord.decode(text, 1).log
+    assert isinstance(log, TurnLog) and log.request_ids() == ["a", "b"]
+    assert TurnLog.of((TurnEntry("c", 200, None, 1.0),)).request_ids() == ["c"]

@@ -36,7 +36,7 @@ from agentkernel.pipeline.quota.front import IdentityQuota
 from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
 from agentkernel.pipeline.scoping import owner_scope, session_key
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
-from agentkernel.pipeline.session_store.index import ANONYMOUS, SessionEntry
+from agentkernel.pipeline.session_store.index import ANONYMOUS, SessionEntry, TurnLog
 from agentkernel.pipeline.store_errors import DATA_LOST
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SESSIONS_PATH", "SessionsAPI"]
@@ -105,7 +105,7 @@ class SessionsAPI:
                 raise _unsupported(f"{type(self.store).__name__} cannot erase sessions")
             key = session_key(_checked_id(session_id), identity)
             record = await self._call(sessions.nonblocking, sessions.read, key)
-            ids = [*record.committed, *(entry.request_id for entry in record.log)]
+            ids = [*record.committed, *TurnLog.of(record.log).request_ids()]
             await self._call(sessions.nonblocking, sessions.delete, key)  # first: fences turns
             if (signals := sessions.turn_signals(self.stale_after)) is not None:
                 await self._call(signals.nonblocking, signals.forget_session, key)

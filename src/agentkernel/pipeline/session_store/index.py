@@ -120,6 +120,11 @@ class TurnLog(Sequence[TurnEntry]):
         """The entries as they are stored."""
         return list(self._docs)
 
+    def request_ids(self) -> list[str]:
+        """The request ids the entries name, without reading the rest of them: an erase finds the
+        turns of a log that has an entry it cannot read (such an entry is left out)."""
+        return [rid for doc in self._docs if isinstance(rid := doc.get("r"), str)]
+
     def _read(self) -> tuple[TurnEntry, ...]:
         if self._entries is None:  # a race only builds the same tuple twice
             self._entries = tuple(TurnEntry.from_doc(doc) for doc in self._docs)
