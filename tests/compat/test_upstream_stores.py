@@ -143,7 +143,7 @@ def test_an_upstream_reply_is_polled_over_http_under_its_session_only(
 class TestRedisStoreReadingUpstreamKeys(ResponseStoreContract):
     """Reading upstream's keys as well changes nothing for this package's own records."""
 
-    wake_latency = 0.3
+    wake_latency = 0.5  # a notification is milliseconds; the rest is a loaded CI machine's
 
     @pytest.fixture(autouse=True)
     def _server(self, redis_url: str) -> None:

@@ -47,7 +47,7 @@ def test_a_busy_sessions_index_keeps_only_ids_whose_entries_live() -> None:
 
 @pytest.mark.redis
 class TestRedisResponseStore(ResponseStoreContract):
-    wake_latency = 0.3
+    wake_latency = 0.5  # a notification is milliseconds; the rest is a loaded CI machine's
 
     @pytest.fixture(autouse=True)
     def _server(self, redis_url: str) -> None:
