@@ -106,15 +106,22 @@ class TurnLog(Sequence[TurnEntry]):
         self._entries: tuple[TurnEntry, ...] | None = None
 
     @classmethod
+    def _checked(cls, docs: tuple[dict[str, Any], ...]) -> TurnLog:
+        """A log of ``docs`` that are JSON objects already (no second look at each, per turn)."""
+        log = cls.__new__(cls)
+        log._docs, log._entries = docs, None
+        return log
+
+    @classmethod
     def of(cls, entries: Iterable[TurnEntry]) -> TurnLog:
         """The log of ``entries`` (itself when it is a :class:`TurnLog` already)."""
         if isinstance(entries, TurnLog):
             return entries
-        return cls(entry.to_doc() for entry in entries)
+        return cls._checked(tuple(entry.to_doc() for entry in entries))
 
     def appended(self, entry: TurnEntry, limit: int) -> TurnLog:
         """This log with ``entry`` last, keeping the newest ``limit`` entries."""
-        return TurnLog((*self._docs, entry.to_doc())[-limit:])
+        return TurnLog._checked((*self._docs, entry.to_doc())[-limit:])
 
     def docs(self) -> list[dict[str, Any]]:
         """The entries as they are stored."""
