@@ -17,6 +17,7 @@ from agentkernel.pipeline.response_store import (
     ResponseStore,
     create_response_store,
 )
+from agentkernel.pipeline.response_store.base import index_periods
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
@@ -86,18 +87,25 @@ class _Clock:
         return self.now
 
 
+#: Three hours from period 1000 on (``INDEX_PERIOD_SECONDS``): turns "a", "b", "c" of session "s",
+#: "c" written by a process whose replies live a day (another ``ttl``), the erase an hour after
+#: "b", with a ``ttl`` of an hour, so "a" (two hours back) is past it.
+HOURS = ((3_600_000.0, "a"), (3_603_700.0, "b"), (3_607_500.0, "c"))
+
+
 @pytest.mark.aws
 def test_a_busy_dynamodb_session_indexes_its_turns_per_period(
     aws: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """One index item per ``ttl``-long period: a session busy for days never grows one item
-    towards DynamoDB's 400 KB limit; an erase still finds every turn whose entries live, and
-    those an earlier version indexed in its single item."""
+    """One index item per hour: a session busy for days never grows one item towards
+    DynamoDB's 400 KB limit; an erase still finds every turn whose entries live, those a process
+    with another ``ttl`` indexed, and those an earlier version indexed in its single item."""
     table = f"responses-{uuid.uuid4().hex[:8]}"
     create_table(table, "request_id")
-    clock = _Clock(100_000.0)
+    clock = _Clock(HOURS[0][0])
     monkeypatch.setattr("agentkernel.pipeline.response_store.dynamodb.time.time", clock)
-    store = DynamoDBResponseStore(table, ttl=100.0)
+    store = DynamoDBResponseStore(table, ttl=3600.0)
+    other = DynamoDBResponseStore(table, ttl=86400.0)
     dynamodb = boto3.client("dynamodb")
     dynamodb.put_item(  # a reply an earlier version wrote, indexed in its single item
         TableName=table,
@@ -106,7 +114,7 @@ def test_a_busy_dynamodb_session_indexes_its_turns_per_period(
             "session_id": {"S": "s"},
             "status_code": {"N": "200"},
             "body": {"S": "{}"},
-            "expiry_time": {"N": "100300"},
+            "expiry_time": {"N": "3700000"},
         },
     )
     dynamodb.update_item(
@@ -115,9 +123,10 @@ def test_a_busy_dynamodb_session_indexes_its_turns_per_period(
         UpdateExpression="ADD turns :id",
         ExpressionAttributeValues={":id": {"SS": ["legacy"]}},
     )
-    for at, request_id in ((100_000.0, "a"), (100_150.0, "b"), (100_260.0, "c")):
+    for at, request_id in HOURS:
         clock.now = at
-        store.put(ResponseRecord(request_id, "s", 200, {"result": request_id}))
+        writer = other if request_id == "c" else store
+        writer.put(ResponseRecord(request_id, "s", 200, {"result": request_id}))
 
     def indexed(period: int) -> list[str]:
         item = dynamodb.get_item(TableName=table, Key={"request_id": {"S": f"#turns#s#{period}"}})
@@ -189,30 +198,41 @@ def test_unreadable_redis_record_is_a_store_error(redis_url: str) -> None:
 def test_a_busy_redis_session_indexes_its_turns_per_period(
     redis_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """As on DynamoDB: one set per ``ttl``-long period, each expiring with its entries, and an
-    erase that finds every live turn, those indexed by an earlier version's single set too."""
+    """As on DynamoDB: one set per hour, each expiring with its entries, and an erase that finds
+    every live turn, those of a process with another ``ttl`` and those an earlier version's
+    single set names."""
     import redis
 
     prefix = f"test:{uuid.uuid4().hex}:"
     client = redis.Redis.from_url(redis_url)
-    store = RedisResponseStore(redis_url, prefix=prefix, ttl=100.0)
+    store = RedisResponseStore(redis_url, prefix=prefix, ttl=3600.0)
+    other = RedisResponseStore(redis_url, prefix=prefix, ttl=86400.0)
     client.set(f"{prefix}resp:legacy", ResponseRecord("legacy", "s", 200, {}).to_json())
     client.sadd(f"{prefix}turns:s", "legacy")  # what an earlier version wrote
-    clock = _Clock(100_000.0)
+    clock = _Clock(HOURS[0][0])
     monkeypatch.setattr("agentkernel.pipeline.response_store.base.time.time", clock)
-    for at, request_id in ((100_000.0, "a"), (100_150.0, "b"), (100_260.0, "c")):
+    for at, request_id in HOURS:
         clock.now = at
-        store.put(ResponseRecord(request_id, "s", 200, {"result": request_id}))
+        writer = other if request_id == "c" else store
+        writer.put(ResponseRecord(request_id, "s", 200, {"result": request_id}))
 
     def indexed(period: int) -> list[str]:
         return sorted(m.decode() for m in client.smembers(f"{prefix}turns:s#{period}"))
 
     assert (indexed(1000), indexed(1001), indexed(1002)) == (["a"], ["b"], ["c"])
-    assert 0 < client.pttl(f"{prefix}turns:s#1002") <= 100_000  # expires with its entries
+    assert 0 < client.pttl(f"{prefix}turns:s#1001") <= 3_600_000  # expires with its entries
     # "a" was indexed more than a ttl ago: its reply expired, and the erase no longer reads it
     assert store.forget_session("s", None, []) == ["b", "c", "legacy"]
     assert not client.exists(f"{prefix}turns:s#1001", f"{prefix}turns:s#1002", f"{prefix}turns:s")
     store.close()
+    other.close()
+
+
+def test_an_erase_reads_the_index_periods_its_ttl_spans(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr("agentkernel.pipeline.response_store.base.time.time", _Clock(3_601_800.0))
+    assert list(index_periods(3600.0)) == [999, 1000, 1001]
+    assert list(index_periods(60.0)) == [999, 1000, 1001]  # the last minute may be the last hour
+    assert list(index_periods(86400.0)) == list(range(976, 1002))  # a day back, an hour ahead
 
 
 def test_bad_redis_url_is_a_config_error() -> None:

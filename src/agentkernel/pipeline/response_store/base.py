@@ -20,22 +20,28 @@ if TYPE_CHECKING:
     from agentkernel.pipeline.response_store.watch import ReplyWatch
 
 
-def index_period(ttl: float) -> int:
-    """The number of the ``ttl``-long period of wall-clock time now is in.
+#: Length of the periods a shared store's session index is kept in, seconds. Fixed rather than
+#: the store's ``ttl``, so processes whose ``ttl`` differs (a configuration being rolled out)
+#: name the same periods.
+INDEX_PERIOD_SECONDS = 3600
+
+
+def index_period() -> int:
+    """The number of the :data:`INDEX_PERIOD_SECONDS`-long period of wall-clock time now is in.
 
     A shared store indexes a session's request ids per period (one set per period, expiring
-    with its entries), so that a session that never idles for ``ttl`` does not grow one set for
-    ever. An erase reads :func:`index_periods`.
+    with its entries), so that a busy session does not grow one set for ever. An erase reads
+    :func:`index_periods`.
     """
-    return math.floor(time.time() / ttl)
+    return math.floor(time.time() / INDEX_PERIOD_SECONDS)
 
 
-def index_periods(ttl: float) -> tuple[int, int, int]:
-    """The periods whose index can name a turn whose entries still live: the last two (an id
-    indexed before them expired with its entries) and the next one (another process's clock
-    ahead of this one's)."""
-    now = index_period(ttl)
-    return now - 1, now, now + 1
+def index_periods(ttl: float) -> range:
+    """The periods whose index can name a turn whose entries, kept ``ttl`` seconds, still live:
+    back to the one ``ttl`` ago (an id indexed before it expired with its entries) and the next
+    one (another process's clock ahead of this one's)."""
+    now = index_period()
+    return range(now - math.ceil(ttl / INDEX_PERIOD_SECONDS), now + 2)
 
 
 def visible(session_id: str, owner: str | None, to_session: str, to_owner: str | None) -> bool:

@@ -10,7 +10,7 @@ polls with a short, growing interval (the base class's ``wait``). DynamoDB remov
 lazily (up to days later), so reads also ignore items whose ``expiry_time`` has passed.
 Chunks of streamed replies, and the ticket of an accepted turn, are items of their own; streaming
 clients read chunks with the same short poll. The request ids of a session's tickets and replies
-are string sets, so a session can be erased: one item per ``ttl``-long period of time,
+are string sets, so a session can be erased: one item per hour,
 ``#turns#<session key>#<period>`` (same TTL), so that a session busy for days does not grow one
 item towards DynamoDB's 400 KB limit, each write of it costing more capacity than the last.
 Earlier versions kept one item, ``#turns#<session key>``; it is still read and erased.
@@ -127,7 +127,7 @@ class DynamoDBResponseStore(ResponseStore):
         with _errors(f"DynamoDB index of {request_id}"):
             self._client.update_item(
                 TableName=self.table_name,
-                Key={"request_id": {"S": self._turns_item(key, index_period(self.ttl))}},
+                Key={"request_id": {"S": self._turns_item(key, index_period())}},
                 UpdateExpression="ADD turns :id SET #exp = :exp",
                 ExpressionAttributeNames={"#exp": TTL_ATTRIBUTE},
                 ExpressionAttributeValues={
@@ -240,7 +240,7 @@ class DynamoDBResponseStore(ResponseStore):
                     ConsistentRead=True,
                 ).get("Item")
                 found.update([] if item is None else item.get("turns", {}).get("SS", []))
-        return sorted(found)
+        return list(found)
 
     def _erase_turn(self, request_id: str) -> bool:
         found = False

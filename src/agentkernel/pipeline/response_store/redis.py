@@ -14,7 +14,7 @@ script call for all the chunks of an OUTPUT message) publishes on the same chann
 streaming client connected to any IO process sees them at once. The
 ticket of an accepted turn is a JSON string at ``<prefix>ticket:<request_id>``. The request ids
 of each session's tickets and replies are sets, so a session can be erased
-(:meth:`ResponseStore.forget_session`): one per ``ttl``-long period of time,
+(:meth:`ResponseStore.forget_session`): one per hour,
 ``<prefix>turns:<session key>#<period>``, expiring with its entries, so that a session busy for
 days does not grow one set for ever (earlier versions kept one, ``<prefix>turns:<session key>``,
 which is still read and erased). A ticket is kept
@@ -181,7 +181,7 @@ class RedisResponseStore(ResponseStore):
 
     def _turns_key(self, session_id: str, owner: str | None) -> str:
         key = session_key(session_id, owner)
-        return f"{self._prefix}turns:{key}#{index_period(self.ttl)}"
+        return f"{self._prefix}turns:{key}#{index_period()}"
 
     def _turns_keys(self, key: str) -> list[str]:
         """The sets that can name a live turn of the session, and the one of earlier versions."""
@@ -370,7 +370,7 @@ class RedisResponseStore(ResponseStore):
     def _session_requests(self, key: str) -> list[str]:
         with _errors(f"read of the turns of session {key}"):
             members = self._redis.sunion(self._turns_keys(key))
-        return sorted(m.decode() if isinstance(m, bytes) else str(m) for m in members)
+        return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
 
     def _erase_turn(self, request_id: str) -> bool:
         keys = [self._key(request_id), self._ticket_key(request_id), self._chunks_key(request_id)]
