@@ -615,6 +615,31 @@ def test_a_stopping_loop_hands_back_a_message_waiting_out_an_outage() -> None:
     assert again.receive_count == 2
 
 
+def test_a_stopping_loop_hands_a_failed_message_back_once_its_fetches_ended() -> None:
+    """Handed back at once, the message would be taken again by the fetch still waiting when
+    the loop stopped, and run again: one of its deliveries spent on the shutdown."""
+    transport = InMemoryTransport()
+    tries: list[int] = []
+    loop: ConsumerLoop
+
+    async def process(m: QueueMessage) -> None:
+        tries.append(m.receive_count)
+        while not loop.stopping():  # fails the moment the loop stops
+            await asyncio.sleep(0.005)
+        raise RuntimeError("cancelled by the shutdown")
+
+    send(transport, "turn")
+    loop = make_loop(transport, process, retry_backoff=0.0, drain_timeout=5.0)
+    with Runner(loop):
+        wait_until(lambda: tries == [1])
+        time.sleep(0.1)  # the consumer thread waits in its next fetch
+        started = time.monotonic()
+    assert time.monotonic() - started < 2.0  # the fetch's slice, not the drain's 5 s
+    assert tries == [1]
+    (again,) = transport.create_consumer(QueueName.INPUT).fetch(1, 1.0)
+    assert again.receive_count == 2
+
+
 class LateArrivals(TransportConsumer):
     """Fetches nothing; when fetching stops, hands over what arrived after the last fetch."""
 

@@ -131,6 +131,15 @@ class MessageHandling:
         """End every hold and outage wait at once; their messages are handed back."""
         self._stops[0].set()
 
+    def fetches_running(self, fetching: Callable[[], bool]) -> None:
+        """Tell the handling whether a fetch of its consumers may still return messages.
+
+        A stopping handling hands no failed message back while ``fetching()`` is true (at
+        most the longest fetch, and never past the drain): the fetch in progress would take it
+        again, and each bounce costs one of the message's deliveries.
+        """
+        self._redelivery.fetching = fetching
+
     def stopping(self) -> bool:
         """Whether the handling stops."""
         return any(event.is_set() for event in self._stops)

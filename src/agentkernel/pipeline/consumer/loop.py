@@ -128,6 +128,7 @@ class ConsumerLoop:
         self._consumer_retry = CONSUMER_RETRY_SECONDS
         self._fetching = 0  # threads still in their fetch loop
         self._fetching_done = threading.Condition()
+        handling.fetches_running(lambda: self._fetching > 0)
         self._log = RateLimitedLog(logger)
 
     @classmethod

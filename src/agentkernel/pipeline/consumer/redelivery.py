@@ -5,7 +5,8 @@ message into a tight retry loop (hundreds of deliveries a second, a log line eac
 ``base * 2**(receive_count - 1)`` seconds, capped. Where the transport can delay a redelivery
 itself (:meth:`TransportConsumer.nack_later`) it does; otherwise the message and its lease are
 kept for the delay in the message's own task, so other messages go on meanwhile. A stopping
-handling ends every wait at once.
+handling ends every wait at once, but hands nothing back while its own fetches are still running:
+a fetch in progress would take the message again and spend one of its deliveries.
 """
 
 from __future__ import annotations
@@ -27,6 +28,12 @@ RETRY_BACKOFF_SECONDS = 0.5
 MAX_RETRY_BACKOFF_SECONDS = 30.0
 #: Longest sleep between two looks at the stop flag while a message is held, in seconds.
 STOP_CHECK_SECONDS = 0.25
+#: While stopping, how often a message to hand back looks whether the fetches ended, in seconds.
+FETCH_END_POLL_SECONDS = 0.02
+#: Longest wait for the fetches to end before a stopping handling hands a message back anyway:
+#: longer than the longest fetch (an SQS long poll, 20 s). The drain's own bound still holds: a
+#: message still waiting at the drain timeout is handed back by the drain, once fetching ended.
+MAX_FETCH_END_WAIT_SECONDS = 25.0
 
 
 def backoff(base: float, cap: float, attempt: int) -> float:
@@ -51,6 +58,10 @@ class Redelivery:
         stopping: true once the handling stops; every hold then ends at once.
         release: called just before a message is handed back (ends its lease extension).
         log: the handling's rate-limited log.
+
+    Attributes:
+        fetching: true while a fetch of the handling's consumers may still return messages;
+            a stopping handling waits (bounded) for it to turn false before handing back.
     """
 
     def __init__(
@@ -67,6 +78,7 @@ class Redelivery:
             raise ValueError("retry back-offs must not be negative")
         self._queue, self._base, self._cap = queue, base, cap
         self._stopping, self._release, self._log = stopping, release, log
+        self.fetching: Callable[[], bool] = lambda: False
 
     def delay(self, message: QueueMessage) -> float:
         """Seconds to wait before ``message`` is delivered again."""
@@ -81,15 +93,26 @@ class Redelivery:
         """Hand back after the delay (sooner if the handling stops).
 
         Args:
-            holding: called when the message is kept here for the delay (the broker cannot
-                delay it), so the caller can free the message's processing place meanwhile.
+            holding: called (maybe more than once) when the message is kept here without
+                running: for the delay (the broker cannot delay it) or, when stopping, until
+                the fetches ended; the caller can free the message's processing place meanwhile.
         """
+        if self._stopping():
+            holding()  # not running any more: its place may take a message fetched late
+            await self._fetches_ended()
         if await call(consumer.nonblocking, self._nacked_later, consumer, message):
             return
-        holding()
+        holding()  # frees the place once, however often it is called
         await pause(self.delay(message), self._stopping)
+        await self._fetches_ended()
         self._release(message)
         await call(consumer.nonblocking, self.nack, consumer, message)
+
+    async def _fetches_ended(self) -> None:
+        """When stopping: wait until no fetch of this handling can take a handed-back message."""
+        deadline = time.monotonic() + MAX_FETCH_END_WAIT_SECONDS
+        while self._stopping() and self.fetching() and time.monotonic() < deadline:
+            await asyncio.sleep(FETCH_END_POLL_SECONDS)
 
     def nack(self, consumer: TransportConsumer, message: QueueMessage) -> None:
         """Hand ``message`` back at once; a failure is logged (its lease then runs out)."""
