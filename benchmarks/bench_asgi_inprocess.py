@@ -54,6 +54,13 @@ def build() -> tuple[IOHandler, Any]:
     return handler, app
 
 
+def start(handler: IOHandler) -> None:
+    """On the running event loop: start the handler's in-loop consumers (INPUT and OUTPUT)."""
+    for consumer in (handler.output_loop, handler.runner_loop):
+        assert isinstance(consumer, InLoopConsumer), "the embedded defaults consume in-loop"
+        consumer.start()
+
+
 async def post(app: Any, path: str, body: bytes) -> int:
     """One POST through the ASGI app; returns the status."""
     scope = {
@@ -111,9 +118,7 @@ async def run(app: Any, path: str, turns: int, tag: str) -> None:
 async def main(turns: int, rounds: int) -> None:
     tune_for_server()
     handler, app = build()
-    for consumer in (handler.output_loop, handler.runner_loop):
-        assert isinstance(consumer, InLoopConsumer)
-        consumer.start()
+    start(handler)
     for name, path in ROUTES.items():
         await run(app, path, 2000, f"warm-{name}")
     costs: dict[str, list[float]] = {name: [] for name in ROUTES}

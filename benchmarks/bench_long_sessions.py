@@ -33,61 +33,19 @@ BRACKETS = ((1, 10), (11, 50), (51, 100), (101, 200), (201, 300), (301, 1000))
 
 async def drive(sessions: int, turns: int) -> list[float]:
     """CPU microseconds per turn for each turn number (all sessions' n-th turns together)."""
-    from agentkernel import Agent, AgentRegistry
-    from agentkernel.core.config import AKConfig
-    from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
+    # Imported here, so that a child process runs the code its PYTHONPATH names.
+    from bench_asgi_inprocess import build, post, start
+
     from agentkernel.pipeline.process.collector import tune_for_server
-    from agentkernel.pipeline.process.io_handler import IOHandler
 
-    async def noop(turn):  # type: ignore[no-untyped-def]
-        return "ok"
-
-    registry = AgentRegistry()
-    registry.register(Agent("noop", noop))
-    handler = IOHandler(AKConfig.load(), registry=registry, with_runner=True)
-    app = handler.server.config.app
+    handler, app = build()
     tune_for_server()  # as a server process does
-    for loop in (handler.output_loop, handler.runner_loop):
-        if isinstance(loop, InLoopConsumer):
-            loop.start()
+    start(handler)
 
     async def turn(session_id: str) -> None:
         body = json.dumps({"agent": "noop", "session_id": session_id, "prompt": "hi"}).encode()
-        scope = {
-            "type": "http",
-            "asgi": {"version": "3.0"},
-            "http_version": "1.1",
-            "method": "POST",
-            "scheme": "http",
-            "path": "/api/v1/chat",
-            "raw_path": b"/api/v1/chat",
-            "query_string": b"",
-            "root_path": "",
-            "headers": [
-                (b"host", b"bench"),
-                (b"content-type", b"application/json"),
-                (b"content-length", str(len(body)).encode()),
-            ],
-            "client": ("127.0.0.1", 1),
-            "server": ("127.0.0.1", 80),
-        }
-        received = False
-        status: list[int] = []
-
-        async def receive() -> dict[str, object]:
-            nonlocal received
-            if not received:
-                received = True
-                return {"type": "http.request", "body": body, "more_body": False}
-            await asyncio.sleep(3600)  # no disconnect while the reply is awaited
-            return {"type": "http.disconnect"}
-
-        async def send(message: dict[str, object]) -> None:
-            if message["type"] == "http.response.start":
-                status.append(int(message["status"]))  # type: ignore[call-overload]
-
-        await app(scope, receive, send)
-        if status != [200]:
+        status = await post(app, "/api/v1/chat", body)
+        if status != 200:
             raise RuntimeError(f"a turn was answered {status}")
 
     ids = [uuid.uuid4().hex for _ in range(sessions)]
