@@ -30,6 +30,7 @@ from .runner_config import config_with
 
 WAIT = 30.0  # bound of every wait here; a healthy run takes well under a second per wait
 TURNS = 1000
+QUIET = 1.0  # seconds with no further turn started that mean a cap holds the rest back
 #: Memory one turn in flight may take, queued message, task, session and reply included. The
 #: measured figure is 10-12 KB alone; tracemalloc counts every thread's allocations, and in a
 #: full test run other tests' background threads (store listeners, sweepers) added up to 5 KB
@@ -57,14 +58,20 @@ async def until(predicate) -> None:  # type: ignore[no-untyped-def]
 
 
 async def started(gate: Gate) -> None:
-    """Until every turn runs, or no further turn started for half a second (a cap held)."""
-    seen, quiet_since = -1, asyncio.get_running_loop().time()
+    """Until every turn runs, or no further turn started for QUIET seconds (a cap held).
+
+    The quiet count starts at the first turn that runs, never before: the turns start as tasks
+    on one loop, taking their steps in turn, so none reaches the agent until nearly all do. On
+    a loaded machine that took 0.7 s, which a count started at zero read as a cap of none.
+    """
+    loop = asyncio.get_running_loop()
+    seen, quiet_since = 0, loop.time()
     async with asyncio.timeout(WAIT):
         while gate.running < TURNS:
-            now = asyncio.get_running_loop().time()
+            now = loop.time()
             if gate.running != seen:
                 seen, quiet_since = gate.running, now
-            elif now - quiet_since > 0.5:
+            elif seen and now - quiet_since > QUIET:
                 return
             await asyncio.sleep(0.01)
 
