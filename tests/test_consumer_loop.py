@@ -679,6 +679,25 @@ def test_what_arrives_after_the_last_fetch_runs_in_the_drain() -> None:
     assert (consumer.acked, consumer.nacked) == (["late"], [])
 
 
+def test_a_place_is_freed_once_however_many_threads_release_it() -> None:
+    slots = Slots(3)
+    assert slots.take(3, 0.0) == 3
+    places = [slots.place() for _ in range(2)]
+    start = threading.Barrier(8)
+
+    def release_both() -> None:
+        start.wait(5)
+        for release in places:
+            release()
+
+    threads = [threading.Thread(target=release_both) for _ in range(8)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join(5)
+    assert slots.take(3, 0.0) == 2  # two places freed, each once; the third is still taken
+
+
 def test_a_place_given_back_on_a_thread_wakes_a_waiting_event_loop() -> None:
     slots = Slots(1)
     assert slots.take(1, 0.0) == 1

@@ -59,15 +59,11 @@ class Slots:
 
     def place(self) -> Callable[[], None]:
         """A release of one taken place that frees it once, however often it is called."""
-        given = threading.Event()
-        lock = threading.Lock()
+        once = threading.Lock()  # held by the first release: one allocation per message
 
         def release() -> None:
-            with lock:
-                if given.is_set():
-                    return
-                given.set()
-            self.give()
+            if once.acquire(blocking=False):
+                self.give()
 
         return release
 
