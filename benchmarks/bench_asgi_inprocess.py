@@ -7,7 +7,13 @@ once, each turn in a new session, so what it reports is the pipeline's work and 
 the server's. Both paths are measured in the same process, alternating, with the server's garbage
 collector settings (``tune_for_server``).
 
-Usage: python benchmarks/bench_asgi_inprocess.py [--turns 3000] [--rounds 5]
+Usage: python benchmarks/bench_asgi_inprocess.py [--turns 3000] [--rounds 5] [--baseline SRC]
+
+With ``--baseline SRC`` (the ``src`` folder of another checkout, e.g. ``git archive <rev> src |
+tar -x -C /tmp/base``) each round runs in a child process per code, alternating this code and
+that one, and the trivial route, which neither code changes, is the control: a code's turn is
+compared as its multiple of the trivial route measured in the same process, so a round that the
+machine slowed down counts as little against one code as against the other.
 
 To see where a turn's CPU goes, run it under a sampling profiler, for instance
 ``py-spy record -r 2000 -f raw -o chat.txt -- python benchmarks/bench_asgi_inprocess.py``.
@@ -18,7 +24,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
+import sys
 import time
 from typing import Any
 
@@ -115,7 +124,8 @@ async def run(app: Any, path: str, turns: int, tag: str) -> None:
     await asyncio.gather(*(caller() for _ in range(CALLERS)))
 
 
-async def main(turns: int, rounds: int) -> None:
+async def measure(turns: int, rounds: int) -> dict[str, list[float]]:
+    """CPU microseconds per request of each route, for each of ``rounds`` alternating rounds."""
     tune_for_server()
     handler, app = build()
     start(handler)
@@ -127,6 +137,11 @@ async def main(turns: int, rounds: int) -> None:
             began = time.process_time()
             await run(app, path, turns, f"{name}-{r}")
             costs[name].append((time.process_time() - began) / turns * 1e6)
+    return costs
+
+
+def report(turns: int, rounds: int) -> None:
+    costs = asyncio.run(measure(turns, rounds))
     print(f"CPU us per request, {rounds} alternating rounds of {turns}, {CALLERS} callers:")
     for name, values in costs.items():
         rounded = ", ".join(f"{v:.0f}" for v in values)
@@ -135,9 +150,50 @@ async def main(turns: int, rounds: int) -> None:
     print(f"  trivial / pipeline CPU: {ratio:.2f}")
 
 
+def in_child(src: str | None, turns: int) -> dict[str, list[float]]:
+    """One round in a child process that imports the code in ``src`` (``None``: this code)."""
+    env = dict(os.environ) | ({"PYTHONPATH": src} if src else {})
+    command = [sys.executable, __file__, "--child", "--turns", str(turns)]
+    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
+    return dict(json.loads(out.strip().splitlines()[-1]))
+
+
+def compare(turns: int, rounds: int, baseline: str) -> None:
+    codes = {"this": None, "baseline": baseline}
+    multiples: dict[str, list[float]] = {name: [] for name in codes}
+    costs: dict[str, dict[str, list[float]]] = {
+        name: {"pipeline": [], "trivial": []} for name in codes
+    }
+    for _ in range(rounds):  # alternating, so the machine's noise hits both alike
+        for name, src in codes.items():
+            got = in_child(src, turns)
+            for route in ROUTES:
+                costs[name][route] += got[route]
+            multiples[name].append(got["pipeline"][0] / got["trivial"][0])
+    print(f"CPU us per request, {rounds} alternating child processes per code, {turns} each:")
+    print("| code | pipeline | trivial route | pipeline / trivial, per round | median |")
+    print("|---|---|---|---|---|")
+    for name in codes:
+        pipeline, trivial = costs[name]["pipeline"], costs[name]["trivial"]
+        rounded = ", ".join(f"{m:.2f}" for m in multiples[name])
+        print(
+            f"| {name} | {statistics.median(pipeline):.0f} | {statistics.median(trivial):.0f} "
+            f"| {rounded} | {statistics.median(multiples[name]):.2f} |"
+        )
+    change = statistics.median(multiples["this"]) / statistics.median(multiples["baseline"])
+    print(f"this / baseline, as multiples of the trivial route: {change:.3f}")
+
+
 if __name__ == "__main__":
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--turns", type=int, default=3000)
     parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--baseline", help="src folder of the code to compare with")
+    parser.add_argument("--child", action="store_true", help=argparse.SUPPRESS)
     args = parser.parse_args()
-    asyncio.run(main(args.turns, args.rounds))
+    if args.child:
+        print(json.dumps(asyncio.run(measure(args.turns, 1))))
+    elif args.baseline:
+        compare(args.turns, args.rounds, args.baseline)
+    else:
+        report(args.turns, args.rounds)
