@@ -24,13 +24,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 from typing import Any
 
+from child_runs import child_result
 from fastapi import Request
 
 from agentkernel import Agent, AgentRegistry
@@ -150,23 +148,15 @@ def report(turns: int, rounds: int) -> None:
     print(f"  trivial / pipeline CPU: {ratio:.2f}")
 
 
-def in_child(src: str | None, turns: int) -> dict[str, list[float]]:
-    """One round in a child process that imports the code in ``src`` (``None``: this code)."""
-    env = dict(os.environ) | ({"PYTHONPATH": src} if src else {})
-    command = [sys.executable, __file__, "--child", "--turns", str(turns)]
-    out = subprocess.run(command, env=env, capture_output=True, text=True, check=True).stdout
-    return dict(json.loads(out.strip().splitlines()[-1]))
-
-
 def compare(turns: int, rounds: int, baseline: str) -> None:
     codes = {"this": None, "baseline": baseline}
     multiples: dict[str, list[float]] = {name: [] for name in codes}
     costs: dict[str, dict[str, list[float]]] = {
-        name: {"pipeline": [], "trivial": []} for name in codes
+        name: {route: [] for route in ROUTES} for name in codes
     }
     for _ in range(rounds):  # alternating, so the machine's noise hits both alike
         for name, src in codes.items():
-            got = in_child(src, turns)
+            got = child_result(__file__, src, "--turns", str(turns))
             for route in ROUTES:
                 costs[name][route] += got[route]
             multiples[name].append(got["pipeline"][0] / got["trivial"][0])

@@ -20,12 +20,11 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
-import subprocess
-import sys
 import time
 import uuid
+
+from child_runs import child_result
 
 #: The sessions' age brackets reported, as (first turn, last turn), 1-based.
 BRACKETS = ((1, 10), (11, 50), (51, 100), (101, 200), (201, 300), (301, 1000))
@@ -62,12 +61,8 @@ def child(args: argparse.Namespace) -> None:
 
 
 def run(src: str | None, args: argparse.Namespace) -> list[float]:
-    env = dict(os.environ) | ({"PYTHONPATH": src} if src else {})
-    command = [sys.executable, __file__, "--child", "--sessions", str(args.sessions)]
-    out = subprocess.run(
-        [*command, "--turns", str(args.turns)], env=env, capture_output=True, text=True, check=True
-    ).stdout
-    return list(json.loads(out.strip().splitlines()[-1]))
+    more = ("--sessions", str(args.sessions), "--turns", str(args.turns))
+    return list(child_result(__file__, src, *more))
 
 
 def main() -> None:
