@@ -33,18 +33,29 @@ def timed(*args: str, cwd: Path, env: dict[str, str]):  # type: ignore[no-untype
     return done, time.monotonic() - began
 
 
-def test_nats_unreachable_is_one_line_within_seconds(agents: Path) -> None:
+@pytest.fixture
+def start_up(agents: Path) -> float:
+    """Seconds a ``serve`` takes to start and refuse at once (a configuration error) on this
+    machine right now: what a broker's wait is measured beyond. On a loaded CI machine a start
+    alone took over 5 s, which a fixed bound read as a slow broker check."""
+    env = clean_env(AK_EXECUTION__QUEUES__TYPE="carrier-pigeon")
+    done, seconds = timed("serve", "agents.py", "--port", "0", cwd=agents, env=env)
+    assert done.returncode == 2, done.stderr
+    return seconds
+
+
+def test_nats_unreachable_is_one_line_within_seconds(agents: Path, start_up: float) -> None:
     pytest.importorskip("nats")
     url = f"nats://127.0.0.1:{closed_port()}"
     env = clean_env(AK_EXECUTION__QUEUES__TYPE="nats", AK_EXECUTION__QUEUES__NATS__URL=url)
     done, seconds = timed("serve", "agents.py", "--port", "0", cwd=agents, env=env)
     line = one_line_error(done, f"cannot reach the NATS server at {url} within 5s")
     assert "ConnectionRefusedError" in line
-    assert seconds < 10  # before: a 45-line traceback after 15 s, exit 1
+    assert seconds - start_up < 9  # the 5 s budget; before: a 45-line traceback after 15 s
     assert "agentkernel.cli" not in done.stderr  # no start-up summary for what did not start
 
 
-def test_kafka_unreachable_is_one_line_within_seconds(agents: Path) -> None:
+def test_kafka_unreachable_is_one_line_within_seconds(agents: Path, start_up: float) -> None:
     pytest.importorskip("confluent_kafka")
     bootstrap = f"127.0.0.1:{closed_port()}"
     env = clean_env(
@@ -54,7 +65,7 @@ def test_kafka_unreachable_is_one_line_within_seconds(agents: Path) -> None:
     )
     done, seconds = timed("serve", "agents.py", "--port", "0", cwd=agents, env=env)
     one_line_error(done, f"Kafka metadata from {bootstrap} failed")
-    assert seconds < 10
+    assert seconds - start_up < 9  # the 5 s metadata budget
 
 
 def fifo(name: str) -> str:
