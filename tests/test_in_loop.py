@@ -220,3 +220,124 @@ def test_leases_expire_in_deadline_order_whatever_their_number(leases: int) -> N
     clock.advance(10.0 - 0.01 * leases + 0.005)  # only the first lease has run out
     [first] = consumer.fetch(leases, 0)
     assert first.body == "0" and first.receive_count == 2
+
+
+# -- hand_over: a message handled in its sender's task instead of sent --------------------------
+
+
+def handing(transport: InMemoryTransport, process) -> InLoopConsumer:
+    """An in-loop consumer of OUTPUT (no leases, as the response handler's has none)."""
+    handling = MessageHandling(
+        process, process, queue=QueueName.OUTPUT, policy=HandlingPolicy(lease_extension=False)
+    )
+    return InLoopConsumer(
+        handling,
+        lambda: transport.create_consumer(QueueName.OUTPUT),
+        max_in_flight=8,
+        name="output",
+    )
+
+
+def reply(body: str, group: str = "s", dedup: str | None = None) -> QueueMessage:
+    return QueueMessage(body=body, group_id=group, dedup_id=dedup or f"{body}:reply")
+
+
+def test_a_message_handed_over_is_handled_in_the_callers_task_and_never_queued() -> None:
+    transport = InMemoryTransport()
+    seen: list[tuple[str, asyncio.Task | None]] = []
+
+    async def process(message: QueueMessage) -> None:
+        seen.append((message.body, asyncio.current_task()))
+
+    async def main() -> None:
+        consumer = handing(transport, process)
+        task = consumer.start()
+        await asyncio.sleep(0)  # the consumer opens its queue
+        assert await consumer.hand_over(reply("r1"))
+        assert seen == [("r1", asyncio.current_task())]
+        # the same dedup id again (a replayed reply): dropped, as a send would drop it
+        assert await consumer.hand_over(reply("r1"))
+        transport.send(QueueName.OUTPUT, reply("r1"))
+        await asyncio.sleep(0.05)
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert [body for body, _ in seen] == ["r1"]
+    assert transport.depth(QueueName.OUTPUT) == 0
+    assert transport.in_flight(QueueName.OUTPUT) == 0
+
+
+def test_a_message_is_not_taken_while_its_group_has_one_queued_or_in_flight() -> None:
+    transport = InMemoryTransport()
+    order: list[str] = []
+
+    async def main() -> None:
+        gate = asyncio.Event()
+
+        async def process(message: QueueMessage) -> None:
+            if message.body == "chunk":
+                await gate.wait()
+            order.append(message.body)
+
+        consumer = handing(transport, process)
+        task = consumer.start()
+        await asyncio.sleep(0)
+        transport.send(QueueName.OUTPUT, reply("chunk"))  # fetched, then held in its handling
+        await until(lambda: transport.in_flight(QueueName.OUTPUT) == 1)
+        transport.send(QueueName.OUTPUT, reply("queued"))  # waits behind it
+        # a final reply of that group must not overtake either of them
+        assert not await consumer.hand_over(reply("final"))
+        # another group is free: taken at once
+        assert await consumer.hand_over(reply("other", group="t"))
+        transport.send(QueueName.OUTPUT, reply("final"))  # what the sender does next
+        gate.set()
+        await until(lambda: len(order) == 4)
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert order == ["other", "chunk", "queued", "final"]
+
+
+def test_a_message_whose_handling_fails_is_given_back_and_its_send_delivered() -> None:
+    transport = InMemoryTransport()
+    calls: list[str] = []
+
+    async def process(message: QueueMessage) -> None:
+        calls.append(message.body)
+        if len(calls) == 1:
+            raise RuntimeError("the store said no")
+
+    async def main() -> None:
+        consumer = handing(transport, process)
+        task = consumer.start()
+        await asyncio.sleep(0)
+        assert not await consumer.hand_over(reply("r1"))
+        # its dedup id was given back: the send that follows is not taken for a duplicate
+        assert transport.send(QueueName.OUTPUT, reply("r1")) is not None
+        await until(lambda: len(calls) == 2)
+        await until(lambda: transport.in_flight(QueueName.OUTPUT) == 0)
+        await stopped(consumer, task)
+
+    asyncio.run(main())
+    assert calls == ["r1", "r1"]
+
+
+def test_nothing_is_handed_over_before_the_consumer_runs_or_once_it_stops() -> None:
+    transport = InMemoryTransport()
+    seen: list[str] = []
+
+    async def process(message: QueueMessage) -> None:
+        seen.append(message.body)
+
+    async def main() -> None:
+        consumer = handing(transport, process)
+        assert not await consumer.hand_over(reply("early"))
+        task = consumer.start()
+        await asyncio.sleep(0)
+        consumer.stop()
+        assert not await consumer.hand_over(reply("late"))
+        async with asyncio.timeout(WAIT):
+            await task
+
+    asyncio.run(main())
+    assert seen == []

@@ -25,6 +25,7 @@ import json
 import logging
 import threading
 import time
+from collections.abc import Awaitable, Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
@@ -99,6 +100,10 @@ class AgentRunner(QueueConsumer):
 
     #: Stream every turn's reply as chunks, whatever the request asked (the stream runner).
     stream_all: ClassVar[bool] = False
+    #: Offered each reply before it is sent to OUTPUT: handles it in place and returns ``True``,
+    #: or ``False`` to have it sent (the embedded topology's OUTPUT consumer, see
+    #: :meth:`~agentkernel.pipeline.consumer.in_loop.InLoopConsumer.hand_over`).
+    hand_over: Callable[[QueueMessage], Awaitable[bool]] | None = None
 
     def __init__(
         self,
@@ -535,6 +540,10 @@ class AgentRunner(QueueConsumer):
         if self.stream_all:
             reply.attributes[ATTR_STREAM] = "1"
         transport, closing = self.transport, self.signals if close else None
+        if self.hand_over is not None and await self.hand_over(reply):
+            if closing is not None:
+                await call(closing.nonblocking, self._close, message, outcome.request_id)
+            return
         if transport.sends_on_loop and not transport.nonblocking:
             # No worker thread to publish from (on NATS the handling runs on the client's own
             # loop, so the publish is awaited right there): only the close may need one.

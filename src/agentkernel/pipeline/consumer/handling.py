@@ -179,6 +179,13 @@ class MessageHandling:
             self._isolation.admit()
         return self._handle(consumer, message, holding)
 
+    async def process_unqueued(self, message: QueueMessage) -> None:
+        """Process a message its sender handed over instead of sending it (see
+        :meth:`~agentkernel.pipeline.consumer.in_loop.InLoopConsumer.hand_over`): no lease, no
+        ack, no redelivery. Raising means it was not handled; its sender then queues it."""
+        with self._span(message):
+            await self._process(message)
+
     def hand_back(self, consumer: TransportConsumer, message: QueueMessage, waited: float) -> None:
         """Give back at once a message whose handling did not finish within the drain.
 

@@ -91,6 +91,33 @@ class _Broker:
             q.notify()
             return stored.message_id
 
+    def claim(self, queue: QueueName, message: QueueMessage) -> bool | None:
+        """Whether ``message`` may be handled at once instead of sent: what :meth:`send`
+        would do, had a consumer fetched it the moment it was sent.
+
+        Returns ``None`` for a duplicate (dropped, as the send would drop it), ``False`` while
+        its group has a message queued or in flight (it must wait behind them: send it), and
+        ``True`` when it is taken: its dedup id counts as sent, unless :meth:`unclaim` gives it
+        back.
+        """
+        q = self.queues[queue]
+        with q.cond:
+            group = message.group_id
+            if group is not None and (group in q.leased or q.pending.get(group)):
+                return False
+            duplicate = message.dedup_id is not None and self._is_duplicate(
+                q, message.dedup_id, self.clock()
+            )
+            return None if duplicate else True
+
+    def unclaim(self, queue: QueueName, message: QueueMessage) -> None:
+        """Forget the dedup id of a claimed ``message`` that was not handled (it is sent next)."""
+        if message.dedup_id is None:
+            return
+        q = self.queues[queue]
+        with q.cond:
+            q.dedup.pop(message.dedup_id, None)  # its dedup_order entry expires on its own
+
     def _is_duplicate(self, q: MemoryQueue, dedup_id: str, now: float) -> bool:
         while q.dedup_order and q.dedup_order[0][0] <= now:  # ids expire in the order sent
             expires, old = q.dedup_order.popleft()
@@ -346,6 +373,17 @@ class InMemoryConsumer(TransportConsumer):
         Returns when a message is ready, a lease ran out, or after ``wait_seconds``.
         """
         await self._broker.wait_ready(self._queue, wait_seconds)
+
+    def claim(self, message: QueueMessage) -> bool | None:
+        """Whether ``message``, not yet sent, may be handled at once by this consumer's owner
+        (see :meth:`_Broker.claim`): ``None`` a duplicate, ``False`` send it, ``True`` taken."""
+        if self._closed:
+            return False
+        return self._broker.claim(self._queue, message)
+
+    def unclaim(self, message: QueueMessage) -> None:
+        """Give back a claimed ``message`` that could not be handled, before it is sent."""
+        self._broker.unclaim(self._queue, message)
 
     def ack(self, message: QueueMessage) -> None:
         self._broker.settle(message, requeue=False)
