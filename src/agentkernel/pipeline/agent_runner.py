@@ -540,9 +540,12 @@ class AgentRunner(QueueConsumer):
         if self.stream_all:
             reply.attributes[ATTR_STREAM] = "1"
         transport, closing = self.transport, self.signals if close else None
-        if self.hand_over is not None and await self.hand_over(reply):
+        # Handed over, the reply is stored at once: only where the close that follows cannot
+        # yield, so that its caller never reads it while its turn still counts as open.
+        can_hand_over = closing is None or closing.nonblocking
+        if self.hand_over is not None and can_hand_over and await self.hand_over(reply):
             if closing is not None:
-                await call(closing.nonblocking, self._close, message, outcome.request_id)
+                self._close(message, outcome.request_id)
             return
         if transport.sends_on_loop and not transport.nonblocking:
             # No worker thread to publish from (on NATS the handling runs on the client's own
