@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Iterator
 
 import pytest
@@ -24,7 +25,14 @@ def _clean_process_state(
     ThreadRunner.reset()
     InMemoryTransport.reset()
     AKConfig.reset()
+    # A CLI command run in-process installs its log handler on the captured stderr of its test;
+    # left in place, a later record (a server thread's, in another test) hits the closed stream.
+    root = logging.getLogger()
+    handlers, level = list(root.handlers), root.level
     yield
+    for handler in [h for h in root.handlers if h not in handlers]:
+        root.removeHandler(handler)
+    root.setLevel(level)
     ThreadRunner.reset()
     InMemoryTransport.reset()
     AKConfig.reset()
