@@ -25,7 +25,10 @@ from tests.chaos.workload import Turn, Workload
 #: Seconds any normal turn may take, from its first POST to its answer as the caller sees it.
 MAX_WAIT = float(os.environ.get("CHAOS_MAX_WAIT", "45"))
 #: Seconds the workload may run (faults included) before what is left counts as unanswered.
-CAP = float(os.environ.get("CHAOS_CAP", "60"))
+#: A bound on the harness, not a product promise (that is ``MAX_WAIT`` per turn): at 60 s a
+#: slow machine's ``sqs/sigterm-io`` (two IO drains of 21 s, each session's turns waiting them
+#: out) sent a session's last planned turn at 60.2 s, which then counted as unanswered.
+CAP = float(os.environ.get("CHAOS_CAP", "90"))
 #: Log records one process (one incarnation) may write during a scenario; a quiet one writes
 #: about ten, an outage of a few seconds with sensible retry logging a few dozen.
 LOG_RECORDS_PER_PROCESS = 300
