@@ -6,6 +6,7 @@ unsettled messages (crashed or stalled), messages held behind a running turn, an
 
 from __future__ import annotations
 
+import asyncio
 import json
 import queue
 import subprocess
@@ -196,9 +197,15 @@ def test_a_stalled_owner_that_lost_its_partition_still_holds_its_session(nats_ur
 
 
 async def _stop_renewing(consumer: NatsConsumer) -> None:
+    """Stall the consumer's renewals. One ``cancel`` is not enough on Python 3.11: when it
+    lands in the loop iteration in which a renewal's reply arrived, ``asyncio.wait_for`` (which
+    nats-py's publish awaits) returns the reply and drops the cancellation, and the renewals
+    go on (the takeover then never came, under load)."""
     task = consumer._owners._task
     assert task is not None
-    task.cancel()
+    while not task.done():
+        task.cancel()
+        await asyncio.wait({task}, timeout=0.1)
 
 
 def test_partitions_are_shared_out_and_handed_back_at_close(nats_url: str) -> None:
