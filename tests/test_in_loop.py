@@ -225,10 +225,20 @@ def test_leases_expire_in_deadline_order_whatever_their_number(leases: int) -> N
 # -- hand_over: a message handled in its sender's task instead of sent --------------------------
 
 
-def handing(transport: InMemoryTransport, process) -> InLoopConsumer:
-    """An in-loop consumer of OUTPUT (no leases, as the response handler's has none)."""
+def handing(transport: InMemoryTransport, record, process=None) -> InLoopConsumer:
+    """An in-loop consumer of OUTPUT (no leases, as the response handler's has none) whose
+    handling processes a message handed over with ``record``, a plain call, and a fetched one
+    with ``process`` (default: ``record`` too)."""
+
+    async def fetched(message: QueueMessage) -> None:
+        record(message)
+
     handling = MessageHandling(
-        process, process, queue=QueueName.OUTPUT, policy=HandlingPolicy(lease_extension=False)
+        process or fetched,
+        process or fetched,
+        queue=QueueName.OUTPUT,
+        policy=HandlingPolicy(lease_extension=False),
+        process_now=record,
     )
     return InLoopConsumer(
         handling,
@@ -246,17 +256,17 @@ def test_a_message_handed_over_is_handled_in_the_callers_task_and_never_queued()
     transport = InMemoryTransport()
     seen: list[tuple[str, asyncio.Task | None]] = []
 
-    async def process(message: QueueMessage) -> None:
+    def record(message: QueueMessage) -> None:
         seen.append((message.body, asyncio.current_task()))
 
     async def main() -> None:
-        consumer = handing(transport, process)
+        consumer = handing(transport, record)
         task = consumer.start()
         await asyncio.sleep(0)  # the consumer opens its queue
-        assert await consumer.hand_over(reply("r1"))
+        assert consumer.hand_over(reply("r1"))
         assert seen == [("r1", asyncio.current_task())]
         # the same dedup id again (a replayed reply): dropped, as a send would drop it
-        assert await consumer.hand_over(reply("r1"))
+        assert consumer.hand_over(reply("r1"))
         transport.send(QueueName.OUTPUT, reply("r1"))
         await asyncio.sleep(0.05)
         await stopped(consumer, task)
@@ -274,21 +284,24 @@ def test_a_message_is_not_taken_while_its_group_has_one_queued_or_in_flight() ->
     async def main() -> None:
         gate = asyncio.Event()
 
+        def record(message: QueueMessage) -> None:
+            order.append(message.body)
+
         async def process(message: QueueMessage) -> None:
             if message.body == "chunk":
                 await gate.wait()
-            order.append(message.body)
+            record(message)
 
-        consumer = handing(transport, process)
+        consumer = handing(transport, record, process)
         task = consumer.start()
         await asyncio.sleep(0)
         transport.send(QueueName.OUTPUT, reply("chunk"))  # fetched, then held in its handling
         await until(lambda: transport.in_flight(QueueName.OUTPUT) == 1)
         transport.send(QueueName.OUTPUT, reply("queued"))  # waits behind it
         # a final reply of that group must not overtake either of them
-        assert not await consumer.hand_over(reply("final"))
+        assert not consumer.hand_over(reply("final"))
         # another group is free: taken at once
-        assert await consumer.hand_over(reply("other", group="t"))
+        assert consumer.hand_over(reply("other", group="t"))
         transport.send(QueueName.OUTPUT, reply("final"))  # what the sender does next
         gate.set()
         await until(lambda: len(order) == 4)
@@ -302,16 +315,16 @@ def test_a_message_whose_handling_fails_is_given_back_and_its_send_delivered() -
     transport = InMemoryTransport()
     calls: list[str] = []
 
-    async def process(message: QueueMessage) -> None:
+    def record(message: QueueMessage) -> None:
         calls.append(message.body)
         if len(calls) == 1:
             raise RuntimeError("the store said no")
 
     async def main() -> None:
-        consumer = handing(transport, process)
+        consumer = handing(transport, record)
         task = consumer.start()
         await asyncio.sleep(0)
-        assert not await consumer.hand_over(reply("r1"))
+        assert not consumer.hand_over(reply("r1"))
         # its dedup id was given back: the send that follows is not taken for a duplicate
         assert transport.send(QueueName.OUTPUT, reply("r1")) is not None
         await until(lambda: len(calls) == 2)
@@ -326,18 +339,50 @@ def test_nothing_is_handed_over_before_the_consumer_runs_or_once_it_stops() -> N
     transport = InMemoryTransport()
     seen: list[str] = []
 
-    async def process(message: QueueMessage) -> None:
-        seen.append(message.body)
-
     async def main() -> None:
-        consumer = handing(transport, process)
-        assert not await consumer.hand_over(reply("early"))
+        consumer = handing(transport, lambda message: seen.append(message.body))
+        assert not consumer.hand_over(reply("early"))
         task = consumer.start()
         await asyncio.sleep(0)
         consumer.stop()
-        assert not await consumer.hand_over(reply("late"))
+        assert not consumer.hand_over(reply("late"))
         async with asyncio.timeout(WAIT):
             await task
 
     asyncio.run(main())
     assert seen == []
+
+
+def test_a_handling_that_may_yield_takes_nothing_handed_over() -> None:
+    """Handled in one call that never yields, a message handed over cannot be overtaken by a
+    message of its group, cut by a drain or lost to a cancellation half-way; a handling with
+    only an async ``process`` (which may yield) takes nothing, and every message is sent."""
+    transport = InMemoryTransport()
+    seen: list[str] = []
+
+    async def process(message: QueueMessage) -> None:
+        await asyncio.sleep(0)
+        seen.append(message.body)
+
+    async def main() -> None:
+        handling = MessageHandling(
+            process, process, queue=QueueName.OUTPUT, policy=HandlingPolicy(lease_extension=False)
+        )
+        assert not handling.processes_unqueued
+        with pytest.raises(RuntimeError, match="cannot process a message unqueued"):
+            handling.process_unqueued(reply("r0"))
+        consumer = InLoopConsumer(
+            handling,
+            lambda: transport.create_consumer(QueueName.OUTPUT),
+            max_in_flight=8,
+            name="output",
+        )
+        task = consumer.start()
+        await asyncio.sleep(0)
+        assert not consumer.hand_over(reply("r1"))
+        # not claimed either: the send that follows is not taken for a duplicate
+        assert transport.send(QueueName.OUTPUT, reply("r1")) is not None
+        await until(lambda: seen == ["r1"])
+        await stopped(consumer, task)
+
+    asyncio.run(main())

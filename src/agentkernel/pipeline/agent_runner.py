@@ -25,7 +25,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
 from typing import Any, ClassVar
 
@@ -103,7 +103,7 @@ class AgentRunner(QueueConsumer):
     #: Offered each reply before it is sent to OUTPUT: handles it in place and returns ``True``,
     #: or ``False`` to have it sent (the embedded topology's OUTPUT consumer, see
     #: :meth:`~agentkernel.pipeline.consumer.in_loop.InLoopConsumer.hand_over`).
-    hand_over: Callable[[QueueMessage], Awaitable[bool]] | None = None
+    hand_over: Callable[[QueueMessage], bool] | None = None
 
     def __init__(
         self,
@@ -543,7 +543,7 @@ class AgentRunner(QueueConsumer):
         # Handed over, the reply is stored at once: only where the close that follows cannot
         # yield, so that its caller never reads it while its turn still counts as open.
         can_hand_over = closing is None or closing.nonblocking
-        if self.hand_over is not None and can_hand_over and await self.hand_over(reply):
+        if self.hand_over is not None and can_hand_over and self.hand_over(reply):
             if closing is not None:
                 self._close(message, outcome.request_id)
             return

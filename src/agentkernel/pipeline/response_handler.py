@@ -108,7 +108,12 @@ class ResponseHandler(QueueConsumer):
         undecodable = wrap(self.on_undecodable)
         policy = HandlingPolicy(max_receive_count=self.queues.output.max_receive_count)
         return MessageHandling(
-            process, failure, queue=QueueName.OUTPUT, policy=policy, on_undecodable=undecodable
+            process,
+            failure,
+            queue=QueueName.OUTPUT,
+            policy=policy,
+            on_undecodable=undecodable,
+            process_now=self.process_message if on_event_loop else None,
         )
 
     def consumer_loop(

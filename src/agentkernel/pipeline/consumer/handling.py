@@ -96,6 +96,7 @@ class MessageHandling:
         queue: str = "queue",
         policy: HandlingPolicy | None = None,
         on_undecodable: Handler | None = None,
+        process_now: Callable[[QueueMessage], Any] | None = None,
     ) -> None:
         self.queue = str(queue)
         self.policy = policy if policy is not None else HandlingPolicy()
@@ -104,6 +105,9 @@ class MessageHandling:
         self._on_undecodable = None if on_undecodable is None else as_async(on_undecodable)
         #: ``process`` runs on the event loop, so many messages can be in flight at once.
         self.is_async = is_async_callable(process)
+        #: ``process`` as a plain call that never yields to the event loop, when there is one:
+        #: what a message handed over goes through (:meth:`process_unqueued`).
+        self._process_now = process_now
         self._stops: list[threading.Event] = [threading.Event()]
         self._log = RateLimitedLog(logger)
         self._leases = LeaseKeeper(f"{self.queue}-leases") if self.policy.lease_extension else None
@@ -179,12 +183,25 @@ class MessageHandling:
             self._isolation.admit()
         return self._handle(consumer, message, holding)
 
-    async def process_unqueued(self, message: QueueMessage) -> None:
+    @property
+    def processes_unqueued(self) -> bool:
+        """Whether :meth:`process_unqueued` can be used (the handling has a ``process_now``)."""
+        return self._process_now is not None
+
+    def process_unqueued(self, message: QueueMessage) -> None:
         """Process a message its sender handed over instead of sending it (see
         :meth:`~agentkernel.pipeline.consumer.in_loop.InLoopConsumer.hand_over`): no lease, no
-        ack, no redelivery. Raising means it was not handled; its sender then queues it."""
-        with self._span(message):
-            await self._process(message)
+        ack, no redelivery, and in one call that never yields, so nothing else on the loop (a
+        message of its group, a drain, a cancellation) can come between. Raising means it was
+        not handled; its sender then queues it.
+
+        Raises:
+            RuntimeError: the handling was built without ``process_now``.
+        """
+        if self._process_now is None:
+            raise RuntimeError(f"the handling of {self.queue} cannot process a message unqueued")
+        with _log_context(message), self._span(message):
+            self._process_now(message)
 
     def hand_back(self, consumer: TransportConsumer, message: QueueMessage, waited: float) -> None:
         """Give back at once a message whose handling did not finish within the drain.

@@ -26,7 +26,7 @@ from collections.abc import Callable
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS
-from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
 from agentkernel.pipeline.process.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 
@@ -118,20 +118,24 @@ class InLoopConsumer:
             self._handling.close()
             self._stopped.set()
 
-    async def hand_over(self, message: QueueMessage) -> bool:
+    def hand_over(self, message: QueueMessage) -> bool:
         """Handle ``message``, not yet sent, right here in the caller's task, as if it had been
         sent and fetched at once; ``False``: it was not taken, and the caller sends it.
 
-        Taken only when the queue would have handed it out at once: its group has nothing
-        queued or in flight (so it cannot overtake a message sent before it) and no message
-        runs alone. Its dedup id counts as sent, so a duplicate is dropped here as the send
-        would drop it. If the handling raises, the message is given back and not taken: the
-        send that follows gets the queue's retries. A reply handed over in the runner's task
-        saves the queue's copy, lease, ack and the task that would handle it: about a tenth of
-        an embedded no-op turn.
+        Taken only when the queue would have handed it out at once (its group has nothing
+        queued or in flight, and no message runs alone) and when the handling processes it in
+        one call that never yields (:meth:`MessageHandling.process_unqueued`): so no message of
+        its group is sent or fetched, no drain starts and no cancellation lands while it is
+        handled. Its dedup id counts as sent, so a duplicate is dropped here as the send would
+        drop it. If the handling raises, the message is given back and not taken: the send
+        that follows gets the queue's retries. A reply handed over in the runner's task saves
+        the queue's copy, lease, ack and the task that would handle it: about a tenth of an
+        embedded no-op turn.
         """
         consumer = self._consumer
-        if consumer is None or self._stop.is_set() or not self._handling.fetch_open():
+        if consumer is None or self._stop.is_set() or not self._handling.processes_unqueued:
+            return False
+        if not self._handling.fetch_open():
             return False
         taken = consumer.claim(message)
         if taken is None:
@@ -140,14 +144,20 @@ class InLoopConsumer:
         if not taken:
             return False
         try:
-            await self._handling.process_unqueued(message)
+            self._handling.process_unqueued(message)
         except Exception as exc:  # the queue's retries take it from here
             consumer.unclaim(message)
-            logger.debug("message %s handed over failed (%r); sending it", message.dedup_id, exc)
+            self._log.log(
+                logging.WARNING,
+                f"{self._name}:hand_over:{type(exc).__name__}",
+                "handling message %s (request %s) in its sender's task failed: %r; it is sent "
+                "on %s instead",
+                message.dedup_id,
+                message.attributes.get(ATTR_REQUEST_ID, "-"),
+                exc,
+                self._name,
+            )
             return False
-        except BaseException:  # cancelled: not handled, so not a duplicate of its next send
-            consumer.unclaim(message)
-            raise
         return True
 
     async def _fetch_until_stopped(self, consumer: InMemoryConsumer) -> None:
