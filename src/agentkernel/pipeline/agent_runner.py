@@ -7,7 +7,8 @@ previous one was acknowledged.
 A turn's effects happen once: the runner reads the session record, runs the agent, then commits
 the new state together with the reply (keyed by ``request_id``, fenced by the session version),
 and only then sends the reply and acknowledges the message. A delivery of a turn that is already
-committed is not run again: its committed reply is sent again. Delivery stays at-least-once, so
+committed is not run again: its committed reply is sent again (the commit and the replies are
+:mod:`agentkernel.pipeline.turn_replies`). Delivery stays at-least-once, so
 an agent's own side effects (a payment, an e-mail) should use ``turn.request_id`` as their
 idempotency key.
 
@@ -25,9 +26,8 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable
 from contextlib import AbstractAsyncContextManager
-from typing import Any, ClassVar
+from typing import ClassVar
 
 from pydantic import ValidationError
 
@@ -36,12 +36,9 @@ from agentkernel.core.blocking import call
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import (
     AgentNotFoundError,
-    MessageRejectedError,
     SessionStateError,
-    StaleSessionError,
     StoreDataLostError,
 )
-from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline import tracing
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
@@ -55,7 +52,7 @@ from agentkernel.pipeline.envelope import (
     QueueName,
 )
 from agentkernel.pipeline.execution import Streamer, execute, turn_of
-from agentkernel.pipeline.last_errors import LastErrors, cause_of
+from agentkernel.pipeline.last_errors import LastErrors
 from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.process.collector import tune_for_server
 from agentkernel.pipeline.process.health_server import HealthServer
@@ -65,12 +62,10 @@ from agentkernel.pipeline.replies import (
     ChatTurnBody,
     error_doc,
     first_error,
-    reply_message,
     session_mismatch,
     session_of,
     turn_failed_doc,
 )
-from agentkernel.pipeline.scoping import session_key
 from agentkernel.pipeline.session_store import (
     SessionRecord,
     SessionStore,
@@ -78,12 +73,12 @@ from agentkernel.pipeline.session_store import (
     create_session_store,
 )
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
-from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.turn_control.outcomes import stopped_doc
-from agentkernel.pipeline.turn_control.signals import Stop, close_quietly
+from agentkernel.pipeline.turn_control.signals import Stop
 from agentkernel.pipeline.turn_control.watcher import StopWatcher
 from agentkernel.pipeline.turn_log import turn_finished
+from agentkernel.pipeline.turn_replies import TurnReplies, key_of
 
 logger = logging.getLogger(__name__)
 
@@ -100,10 +95,6 @@ class AgentRunner(QueueConsumer):
 
     #: Stream every turn's reply as chunks, whatever the request asked (the stream runner).
     stream_all: ClassVar[bool] = False
-    #: Offered each reply before it is sent to OUTPUT: handles it in place and returns ``True``,
-    #: or ``False`` to have it sent (the embedded topology's OUTPUT consumer, see
-    #: :meth:`~agentkernel.pipeline.consumer.in_loop.InLoopConsumer.hand_over`).
-    hand_over: Callable[[QueueMessage], bool] | None = None
 
     def __init__(
         self,
@@ -125,16 +116,14 @@ class AgentRunner(QueueConsumer):
             self.runner.isolate_last_attempt, self.queues.input.max_receive_count
         )
         self._last_errors = LastErrors()
-        self._log = RateLimitedLog(logger)
         control = execution.turn_control
         self.signals = self.sessions.turn_signals(control.stale_after)
         self.watcher = (
             None if self.signals is None else StopWatcher(self.signals, control.poll_interval)
         )
-        # Session calls that also reach the signals (read + start, commit + close) run inline
-        # only when neither can block.
-        self._inline = self.sessions.nonblocking and (
-            self.signals is None or self.signals.nonblocking
+        #: Commits each turn's outcome and sends its reply.
+        self.replies = TurnReplies(
+            self.transport, self.sessions, self.signals, stream_all=self.stream_all
         )
 
     # -- entry points ----------------------------------------------------------------------
@@ -215,17 +204,17 @@ class AgentRunner(QueueConsumer):
             body = ChatTurnBody.model_validate_json(message.body)
         except ValidationError as exc:
             doc = error_doc("INVALID_REQUEST", first_error(exc), message.group_id or "", request_id)
-            await self._reply(message, 400, doc)
+            await self.replies.reply(message, 400, doc)
             return
         if (refusal := session_mismatch(message, body)) is not None:
             logger.error("refusing INPUT message %s: %s", message.message_id, refusal)
             doc = error_doc("SESSION_MISMATCH", refusal, message.group_id or "", request_id)
-            await self._reply(message, 400, doc)
+            await self.replies.reply(message, 400, doc)
             return
         try:
             await self._run_turn(message, body, request_id)
         except StoreDataLostError as exc:
-            await self._refuse(message, body.session_id, request_id, exc)
+            await self.replies.refuse(message, body.session_id, request_id, exc)
         except Exception as exc:
             self._last_errors.remember(request_id, exc)
             raise
@@ -235,21 +224,27 @@ class AgentRunner(QueueConsumer):
         try:
             agent = self.registry.get(body.agent)
         except AgentNotFoundError as exc:
-            await self._reply(
+            await self.replies.reply(
                 message, 404, error_doc("AGENT_NOT_FOUND", str(exc), session_id, request_id)
             )
             return
-        key, user = _key(message, session_id), message.attributes.get(ATTR_USER_ID)
+        key, user = key_of(message, session_id), message.attributes.get(ATTR_USER_ID)
         record, stop = await call(
-            self._inline, self._read_and_start, key, session_id, user, request_id, message.position
+            self.replies.inline,
+            self._read_and_start,
+            key,
+            session_id,
+            user,
+            request_id,
+            message.position,
         )
         if not _owned_by(record, user):
             # Another identity's session: answered as if it did not exist (no existence leak).
             doc = error_doc("NOT_FOUND", "no such session", session_id, request_id)
-            await self._reply(message, 404, doc)
+            await self.replies.reply(message, 404, doc)
             return
         if record.has_applied(request_id, message.position):
-            await self._replay(message, session_id, record, request_id)
+            await self.replies.replay(message, session_id, record, request_id)
             return
         if record.owner is None and user is not None:
             record = dataclasses.replace(record, owner=user)  # the first turn claims the session
@@ -267,9 +262,9 @@ class AgentRunner(QueueConsumer):
             status, doc, state = await execute(agent, turn, stream, timeout, stopped)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
         try:
-            await self._commit_and_reply(message, session_id, record, outcome, state)
+            await self.replies.commit_and_reply(message, session_id, record, outcome, state)
         except SessionStateError as exc:  # the agent's doing: every attempt would fail alike
-            status, doc = 500, await self._state_not_stored(message, turn, record, exc)
+            status, doc = 500, await self.replies.state_not_stored(message, turn, record, exc)
         turn_finished(turn, status, doc, time.perf_counter() - started)
 
     async def on_undecodable(self, message: QueueMessage) -> None:
@@ -277,7 +272,7 @@ class AgentRunner(QueueConsumer):
         if request_id := message.attributes.get(ATTR_REQUEST_ID):
             text = f"the message could not be decoded: {message.undecodable}"
             doc = error_doc("UNDECODABLE_MESSAGE", text, message.group_id or "", request_id)
-            await self._reply(message, 400, doc)
+            await self.replies.reply(message, 400, doc)
 
     async def on_permanent_failure(self, message: QueueMessage) -> None:
         request_id = message.attributes.get(ATTR_REQUEST_ID)
@@ -286,12 +281,12 @@ class AgentRunner(QueueConsumer):
             return
         session_id = session_of(message)
         try:
-            record = await self._read(_key(message, session_id))
+            record = await self.replies.read(key_of(message, session_id))
         except StoreDataLostError as exc:
-            await self._refuse(message, session_id, request_id, exc)
+            await self.replies.refuse(message, session_id, request_id, exc)
             return
         if record.has_applied(request_id, message.position):  # it did finish; only its ack was lost
-            await self._replay(message, session_id, record, request_id)
+            await self.replies.replay(message, session_id, record, request_id)
             return
         if self.last_attempt.owed_a_run(message, record, request_id):
             # Its deliveries were all used up by crashes of turns running beside it: it never
@@ -307,7 +302,7 @@ class AgentRunner(QueueConsumer):
                 return
             except Exception as exc:  # answered below, as this may be the last delivery
                 self._last_errors.remember(request_id, exc)
-                record = await self._read(_key(message, session_id))
+                record = await self.replies.read(key_of(message, session_id))
         attempts, cause = message.receive_count - 1, self._last_errors.get(request_id)
         logger.error(
             "turn %s of session %s failed on %s attempts and is abandoned; last error: %s",
@@ -318,7 +313,7 @@ class AgentRunner(QueueConsumer):
         )
         doc = turn_failed_doc(attempts, cause, session_id, request_id)
         outcome = TurnOutcome(request_id, 500, json.dumps(doc))
-        await self._commit_and_reply(message, session_id, record, outcome, None)
+        await self.replies.commit_and_reply(message, session_id, record, outcome, None)
 
     # -- turn control (pipeline.turn_control) ---------------------------------------------------
 
@@ -366,212 +361,12 @@ class AgentRunner(QueueConsumer):
         METRICS.inc("agentkernel_turns_total", agent="-", status="cancelled")
         status, doc = stopped_doc(stop, session_id, request_id)
         outcome = TurnOutcome(request_id, status, json.dumps(doc))
-        await self._commit_and_reply(message, session_id, record, outcome, None)
-
-    def _close(self, message: QueueMessage, request_id: str) -> None:
-        """The turn's outcome is decided: it no longer counts as open in its session (blocking;
-        best effort)."""
-        signals, key = self.signals, message.group_id
-        if signals is not None and key is not None:
-            close_quietly(signals, key, request_id)
-
-    # -- committing and replying ---------------------------------------------------------------
-
-    async def _read(self, key: str) -> SessionRecord:
-        return await call(self.sessions.nonblocking, self.sessions.read, key)
-
-    async def _commit_and_reply(
-        self,
-        message: QueueMessage,
-        session_id: str,
-        base: SessionRecord,
-        outcome: TurnOutcome,
-        state: dict[str, Any] | None,
-    ) -> None:
-        """Commit the turn's outcome and state at ``base``'s version, then send the reply.
-
-        Losing the commit to another attempt of the same turn re-sends that attempt's reply;
-        losing it to a different turn raises, so the turn runs again on the newer state.
-        """
-        key, position = _key(message, session_id), message.position
-        try:
-            await call(self._inline, self._commit, message, key, base, outcome, state)
-        except StaleSessionError:
-            fresh = await self._read(key)
-            if fresh.version == 0 and base.version > 0:  # erased while the turn ran
-                await self._erased(message, session_id, outcome.request_id)
-                return
-            if not fresh.has_applied(outcome.request_id, position):
-                raise
-            logger.warning(
-                "turn %s of session %s was committed by another attempt; keeping that one",
-                outcome.request_id,
-                session_id,
-            )
-            await self._replay(message, session_id, fresh, outcome.request_id)
-            return
-        try:
-            await self._send(message, session_id, outcome, close=False)
-        except MessageRejectedError as exc:
-            record = base.advance(outcome, state, position)
-            await self._reject_reply(message, session_id, record, exc, base)
-
-    def _commit(
-        self,
-        message: QueueMessage,
-        key: str,
-        base: SessionRecord,
-        outcome: TurnOutcome,
-        state: dict[str, Any] | None,
-    ) -> None:
-        """Commit the turn's outcome, then close the turn: one thread hop for both (blocking).
-
-        The turn closes before its reply is sent: its outcome is decided by the commit, and
-        the caller who reads the reply finds its session no longer busy with it.
-        """
-        if self.signals is not None and message.group_id == key:  # the usual case
-            self.sessions.commit_turn(key, base, outcome, state, message.position)
-            return
-        self.sessions.commit(key, base, outcome, state, message.position)
-        self._close(message, outcome.request_id)
-
-    async def _replay(
-        self, message: QueueMessage, session_id: str, record: SessionRecord, request_id: str
-    ) -> None:
-        """Answer a delivery of a turn that is already committed, without running it again."""
-        METRICS.inc("agentkernel_turns_replayed_total")
-        outcome = record.outcome(request_id)
-        if outcome is None:
-            # Later turns of the session were committed after it, and a session's next turn
-            # only starts once the previous one was acknowledged, after its reply was sent.
-            # Sending anything now would overwrite that reply in the response store.
-            logger.info(
-                "turn %s of session %s (at %s) was applied and answered before; not running it",
-                request_id,
-                session_id,
-                message.position or message.message_id,
-            )
-            return
-        logger.info(
-            "turn %s of session %s is committed; re-sending its reply", request_id, session_id
-        )
-        try:
-            await self._send(message, session_id, outcome)
-        except MessageRejectedError as exc:
-            await self._reject_reply(message, session_id, record, exc, None)
-
-    async def _reject_reply(
-        self,
-        message: QueueMessage,
-        session_id: str,
-        record: SessionRecord,
-        exc: MessageRejectedError,
-        before: SessionRecord | None,
-    ) -> None:
-        """A committed reply the broker can never carry: commit and send an error instead.
-
-        The turn's state is rolled back to ``before`` the turn when it is known (the client
-        never saw the reply, so the conversation should not contain it).
-        """
-        request_id = record.last.request_id if record.last else ""
-        logger.error(
-            "reply of turn %s of session %s cannot be sent (%s); answering REPLY_TOO_LARGE",
-            request_id,
-            session_id,
-            exc,
-        )
-        doc = error_doc("REPLY_TOO_LARGE", str(exc), session_id, request_id)
-        outcome = TurnOutcome(request_id, 500, json.dumps(doc))
-        state = None if before is None else before.state
-        key = _key(message, session_id)
-        await call(self._inline, self._commit, message, key, record, outcome, state)
-        await self._send(message, session_id, outcome, close=False)
-
-    async def _state_not_stored(
-        self, message: QueueMessage, turn: Turn, base: SessionRecord, exc: SessionStateError
-    ) -> dict[str, Any]:
-        """The state the agent left cannot be stored: commit and send an error at once, keeping
-        the state from before the turn (a retry would run the agent again to the same end)."""
-        logger.error(
-            "turn %s of session %s: agent %s left a state that cannot be stored: %s",
-            turn.request_id,
-            turn.session_id,
-            turn.agent,
-            exc,
-        )
-        text = f"agent '{turn.agent}' left a session state that cannot be stored: {cause_of(exc)}"
-        doc = error_doc("STATE_NOT_STORED", text, turn.session_id, turn.request_id)
-        outcome = TurnOutcome(turn.request_id, 500, json.dumps(doc))
-        await self._commit_and_reply(message, turn.session_id, base, outcome, None)
-        return doc
-
-    async def _erased(self, message: QueueMessage, session_id: str, request_id: str) -> None:
-        """The session was erased while its turn ran: answer so, writing nothing back."""
-        logger.info(
-            "turn %s of session %s: the session was erased meanwhile", request_id, session_id
-        )
-        text = "the session was deleted (or expired) while this turn ran; nothing was kept"
-        await self._reply(message, 409, error_doc("SESSION_DELETED", text, session_id, request_id))
-
-    async def _refuse(
-        self, message: QueueMessage, session_id: str, request_id: str, exc: StoreDataLostError
-    ) -> None:
-        """The store lost data the turn needs: answer so, without running or committing it."""
-        key = "data-lost"
-        self._log.log(logging.ERROR, key, "turn %s refused: %s", request_id, exc)
-        doc = error_doc("STORE_DATA_LOST", DATA_LOST, session_id, request_id)
-        await self._reply(message, 503, doc)
-
-    async def _reply(self, message: QueueMessage, status: int, doc: dict[str, Any]) -> None:
-        """Send a reply that commits nothing (the agent did not run)."""
-        outcome = TurnOutcome(doc["request_id"], status, json.dumps(doc))
-        await self._send(message, doc.get("session_id") or "", outcome)
+        await self.replies.commit_and_reply(message, session_id, record, outcome, None)
 
     def _streamer(self, message: QueueMessage, turn: Turn) -> Streamer:
         return Streamer(self.transport, message, turn)
-
-    async def _send(
-        self, message: QueueMessage, session_id: str, outcome: TurnOutcome, *, close: bool = True
-    ) -> None:
-        """Put the reply on OUTPUT; ``close``: then close the turn (not closed by a commit)."""
-        reply = reply_message(
-            message, session_id, outcome.request_id, outcome.status_code, outcome.body
-        )
-        if self.stream_all:
-            reply.attributes[ATTR_STREAM] = "1"
-        transport, closing = self.transport, self.signals if close else None
-        # Handed over, the reply is stored at once: only where the close that follows cannot
-        # yield, so that its caller never reads it while its turn still counts as open.
-        can_hand_over = closing is None or closing.nonblocking
-        if self.hand_over is not None and can_hand_over and self.hand_over(reply):
-            if closing is not None:
-                self._close(message, outcome.request_id)
-            return
-        if transport.sends_on_loop and not transport.nonblocking:
-            # No worker thread to publish from (on NATS the handling runs on the client's own
-            # loop, so the publish is awaited right there): only the close may need one.
-            await transport.send_async(QueueName.OUTPUT, reply)
-            if closing is not None:
-                await call(closing.nonblocking, self._close, message, outcome.request_id)
-            return
-        inline = transport.nonblocking and (closing is None or closing.nonblocking)
-        await call(inline, self._deliver, message, reply, outcome.request_id, closing is not None)
-
-    def _deliver(
-        self, message: QueueMessage, reply: QueueMessage, request_id: str, close: bool
-    ) -> None:
-        """Put the reply on OUTPUT, then (``close``) close the turn in its session: one thread
-        hop for both (blocking)."""
-        self.transport.send(QueueName.OUTPUT, reply)
-        if close:
-            self._close(message, request_id)
 
 
 def _owned_by(record: SessionRecord, user: str | None) -> bool:
     """Whether the session of ``record`` is ``user``'s to use (unowned sessions are anyone's)."""
     return record.owner is None or user == record.owner
-
-
-def _key(message: QueueMessage, session_id: str) -> str:
-    """The session store key of the turn's session: scoped by the identity that sent it."""
-    return session_key(session_id, message.attributes.get(ATTR_USER_ID))

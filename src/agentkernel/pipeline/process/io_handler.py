@@ -177,7 +177,7 @@ class IOHandler:
         if not self._local_queue:
             return runner.consumer_loop()  # a broker keeps the queued turns: stop at shutdown
         if isinstance(self.output_loop, InLoopConsumer):  # both on this loop: no OUTPUT hop
-            runner.hand_over = self.output_loop.hand_over
+            runner.replies.hand_over = self.output_loop.hand_over
         settings = self.config.execution.runner
         limit = settings.in_flight_limit(queues_in_process=True)
         return self._in_loop(runner.handling(), QueueName.INPUT, limit, settings.drain_timeout)
