@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import threading
@@ -87,6 +88,68 @@ def test_a_timeout_error_raised_by_the_agent_is_an_agent_error() -> None:
     runner, transport = make_runner(turn_timeout=10)
     asyncio.run(runner.process_message(turn("own")))
     assert reply(transport)[1]["error"] == "AGENT_ERROR"
+
+
+async def stubborn(turn):  # type: ignore[no-untyped-def]
+    """Catches its cancellation and runs on, as an agent with a bare ``except`` around an await
+    does (or one whose ``asyncio.wait_for`` dropped the cancellation, on Python 3.11)."""
+    for _ in range(4):
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1.0)
+    turn.state["late"] = True
+    return "too late"
+
+
+async def stubborn_stream(turn):  # type: ignore[no-untyped-def]
+    yield "early "
+    for word in ("late ", "later"):
+        with contextlib.suppress(asyncio.CancelledError):
+            await asyncio.sleep(1.0)
+        yield word
+
+
+def test_an_agent_that_ignores_its_cancellation_is_answered_504_without_it(
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """Before: the deadline waited for the agent to end on its own (4 s here, for ever for an
+    agent that never ends), holding its session."""
+    runner, transport = make_runner()
+    runner.registry.register(Agent("stubborn", stubborn, timeout=0.3))
+
+    async def main() -> float:
+        started = time.monotonic()
+        await runner.process_message(turn("stubborn"))
+        answered = time.monotonic() - started
+        await asyncio.sleep(4.5)  # the agent runs on to its end, left alone
+        return answered
+
+    with caplog.at_level(logging.ERROR, logger="agentkernel.pipeline.execution"):
+        answered = asyncio.run(main())
+    assert answered < 2.5  # the deadline, then a second to unwind
+    status, doc = reply(transport)
+    assert (status, doc["error"]) == ("504", "TURN_TIMEOUT")
+    assert runner.sessions.load("s") == {}  # what it did after its turn ended is not kept
+    assert "caught the cancellation" in caplog.text
+
+
+def test_a_streaming_agent_that_ignores_its_cancellation_sends_no_chunk_after_its_reply() -> None:
+    runner, transport = make_runner()
+    runner.registry.register(Agent("stubborn_stream", stubborn_stream, timeout=0.3))
+    message = turn("stubborn_stream", stream=True)
+
+    async def main() -> None:
+        await runner.process_message(message)
+        await asyncio.sleep(2.5)  # past the agent's next yields
+
+    asyncio.run(main())
+    consumer, sent = transport.create_consumer(QueueName.OUTPUT), []
+    while batch := consumer.fetch(10, 0.2):  # one message of the session at a time
+        sent += batch
+        for message in batch:
+            consumer.ack(message)
+    chunks = [json.loads(m.body) for m in sent if "chunk_index" in m.attributes]
+    assert [c["delta"] for c in chunks] == ["early "]
+    assert sent[-1].attributes["status_code"] == "504"
 
 
 def test_dicts_and_lists_are_answered_as_json() -> None:

@@ -67,12 +67,31 @@ async def bounded(
     if stopping is not None:
         stopping.set()
     task.cancel()
+    await _unwind(task)
     if stopped is not None and stopped.done() and not stopped.cancelled():
-        # Its unwinding may be awaited for a second, never for long: the caller is waiting.
-        await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
         raise Stopped(stopped.result())
-    await asyncio.wait({task})  # let it unwind (a sync agent's thread runs on regardless)
     raise Deadline
+
+
+async def _unwind(task: asyncio.Task[str]) -> None:
+    """Give a cancelled agent :data:`CANCEL_GRACE_SECONDS` to unwind, never longer: one that
+    caught its cancellation and runs on is left running (what it returns is not kept), so that
+    its turn is answered and its session's next turn can run. A sync agent's thread runs on
+    regardless; its task ends at once."""
+    await asyncio.wait({task}, timeout=CANCEL_GRACE_SECONDS)
+    if task.done():
+        return
+    logger.error(
+        "the agent still runs %ss after its turn was cancelled (it caught the cancellation); "
+        "answering the turn without it, and keeping nothing it does from now on",
+        CANCEL_GRACE_SECONDS,
+    )
+    task.add_done_callback(_ended_late)
+
+
+def _ended_late(task: asyncio.Task[str]) -> None:
+    if not task.cancelled() and (exc := task.exception()) is not None:
+        logger.debug("an agent left running after its turn ended with %r", exc)
 
 
 class Streamer:
@@ -131,6 +150,10 @@ class Streamer:
         return "".join(parts)
 
     async def _offer(self, delta: str) -> None:
+        if self._turn.stopping.is_set():
+            # Cancelled, and the agent yields on (it caught the cancellation): its turn is being
+            # answered without it, and no chunk may follow the reply.
+            raise asyncio.CancelledError
         if self._failure is not None:
             raise self._failure
         self._pending.append(delta)
