@@ -64,12 +64,14 @@ async def bounded(
     await first_done((task,) if stopped is None else (task, stopped), timeout)
     if task.done():
         return task.result()
+    asked = stopped is not None and stopped.done() and not stopped.cancelled()
+    stop = stopped.result() if stopped is not None and asked else None  # else: the deadline
     if stopping is not None:
         stopping.set()
     task.cancel()
     await _unwind(task)
-    if stopped is not None and stopped.done() and not stopped.cancelled():
-        raise Stopped(stopped.result())
+    if stop is not None:
+        raise Stopped(stop)
     raise Deadline
 
 
