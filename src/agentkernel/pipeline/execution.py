@@ -64,8 +64,9 @@ async def bounded(
     await first_done((task,) if stopped is None else (task, stopped), timeout)
     if task.done():
         return task.result()
-    asked = stopped is not None and stopped.done() and not stopped.cancelled()
-    stop = stopped.result() if stopped is not None and asked else None  # else: the deadline
+    stop = None  # the deadline, unless a stop came first
+    if stopped is not None and stopped.done() and not stopped.cancelled():
+        stop = stopped.result()
     if stopping is not None:
         stopping.set()
     task.cancel()
@@ -92,6 +93,7 @@ async def _unwind(task: asyncio.Task[str]) -> None:
 
 
 def _ended_late(task: asyncio.Task[str]) -> None:
+    """Read the outcome of an agent left running, so asyncio does not report it as lost."""
     if not task.cancelled() and (exc := task.exception()) is not None:
         logger.debug("an agent left running after its turn ended with %r", exc)
 

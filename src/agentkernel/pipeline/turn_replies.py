@@ -37,6 +37,7 @@ from agentkernel.pipeline.store_errors import DATA_LOST
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.turn_control.signals import TurnSignals, close_quietly
 
+# The runner's logger: these records are the runner's, and operators filter them by that name.
 logger = logging.getLogger("agentkernel.pipeline.agent_runner")
 
 
