@@ -15,9 +15,9 @@ import sys
 from fastapi import Request
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
+from agentkernel.pipeline.http.request_handler import parse_chat
 from agentkernel.pipeline.process.io_handler import IOHandler
-from agentkernel.pipeline.request_handler import parse_chat
 
 
 async def noop(turn):  # type: ignore[no-untyped-def]

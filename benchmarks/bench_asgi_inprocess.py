@@ -32,11 +32,11 @@ from child_runs import child_result
 from fastapi import Request
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
-from agentkernel.pipeline.process.collector import tune_for_server
+from agentkernel.pipeline.http.request_handler import parse_chat
 from agentkernel.pipeline.process.io_handler import IOHandler
-from agentkernel.pipeline.request_handler import parse_chat
+from agentkernel.pipeline.runtime.collector import tune_for_server
 
 CALLERS = 32
 ROUTES = {"pipeline": "/api/v1/chat", "trivial": "/bench/trivial"}

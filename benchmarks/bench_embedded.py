@@ -52,12 +52,12 @@ import httpx
 import psutil
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import AKConfig, ExecutionConfig, RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.core.config.root import AKConfig, ExecutionConfig, RunnerConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 HERE = Path(__file__).parent
 

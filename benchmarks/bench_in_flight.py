@@ -24,13 +24,13 @@ import time
 import psutil
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import AKConfig, ExecutionConfig, RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.core.config.root import AKConfig, ExecutionConfig, RunnerConfig
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.process.event_loop import LoopThread
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
+from agentkernel.pipeline.runtime.event_loop import LoopThread
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 async def sleeper(turn: Turn) -> str:

@@ -35,7 +35,7 @@ async def drive(sessions: int, turns: int) -> list[float]:
     # Imported here, so that a child process runs the code its PYTHONPATH names.
     from bench_asgi_inprocess import build, post, start
 
-    from agentkernel.pipeline.process.collector import tune_for_server
+    from agentkernel.pipeline.runtime.collector import tune_for_server
 
     handler, app = build()
     tune_for_server()  # as a server process does

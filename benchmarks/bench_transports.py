@@ -26,8 +26,8 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 BODY = "x" * 200
 SESSIONS = 50
@@ -98,7 +98,7 @@ def raw_nats(url: str, n: int) -> tuple[float, float]:
 
 
 def pipeline_nats(url: str, n: int) -> tuple[float, float]:
-    from agentkernel.core.config import NatsQueueConfig
+    from agentkernel.core.config.root import NatsQueueConfig
     from agentkernel.pipeline.transport.nats import NatsTransport
 
     tag = uuid.uuid4().hex[:8].upper()
@@ -160,7 +160,7 @@ def raw_kafka(bootstrap: str, n: int) -> tuple[float, float]:
 
 
 def pipeline_kafka(bootstrap: str, n: int) -> tuple[float, float]:
-    from agentkernel.core.config import KafkaQueueConfig
+    from agentkernel.core.config.root import KafkaQueueConfig
     from agentkernel.pipeline.transport.kafka import KafkaTransport
 
     tag = uuid.uuid4().hex[:8]
@@ -207,7 +207,7 @@ def raw_redis(url: str, n: int) -> tuple[float, float]:
 
 
 def pipeline_redis(url: str, n: int) -> tuple[float, float]:
-    from agentkernel.core.config import RedisQueueConfig
+    from agentkernel.core.config.root import RedisQueueConfig
     from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 
     prefix = f"bench:{uuid.uuid4().hex[:8]}:"

@@ -37,9 +37,9 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentkernel.core.config import KafkaQueueConfig  # noqa: E402
-from agentkernel.pipeline.envelope import QueueMessage, QueueName  # noqa: E402
+from agentkernel.core.config.root import KafkaQueueConfig  # noqa: E402
 from agentkernel.pipeline.transport.kafka import KafkaTransport  # noqa: E402
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName  # noqa: E402
 
 SESSIONS, TURNS, IN_FLIGHT = 30, 20, 16
 TANSU = {"session.timeout.ms": 6000, "heartbeat.interval.ms": 500, "fetch.wait.max.ms": 10}

@@ -32,10 +32,10 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from agentkernel.core.config import NatsQueueConfig
+from agentkernel.core.config.root import NatsQueueConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 PARTITIONS = 16
 SATURATED_IN_FLIGHT = 4

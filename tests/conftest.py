@@ -11,8 +11,8 @@ pytest.register_assert_rewrite(
     "agentkernel.pipeline.testing", "agentkernel.pipeline.response_store.testing"
 )
 
-from agentkernel.core.config import AKConfig  # noqa: E402
-from agentkernel.pipeline.process.thread_runner import ThreadRunner  # noqa: E402
+from agentkernel.core.config.root import AKConfig  # noqa: E402
+from agentkernel.pipeline.runtime.thread_runner import ThreadRunner  # noqa: E402
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport  # noqa: E402
 
 

@@ -10,13 +10,13 @@ import base64
 import json
 from typing import Any
 
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.transport.kafka import KafkaTransport
 from agentkernel.pipeline.transport.kafka.partitions import ATTR_PREFIX
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.sqs import SQSTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 
 NOT_UTF8 = b"\xff\xfe\xc3("
 

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentkernel.core.config import AKConfig, ExecutionConfig, QueuesConfig, RunnerConfig
+from agentkernel.core.config.root import AKConfig, ExecutionConfig, QueuesConfig, RunnerConfig
 
 
 def config_with(runner: RunnerConfig, queues: QueuesConfig | None = None) -> AKConfig:

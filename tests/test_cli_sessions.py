@@ -7,8 +7,8 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentkernel.cli import main
-from agentkernel.core.config import AuthConfig
+from agentkernel.cli.commands import main
+from agentkernel.core.config.root import AuthConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
 from tests.api.conftest import Server, make_config, registry
 from tests.servers import free_port
@@ -94,7 +94,7 @@ def test_bad_arguments_and_no_server(capsys: pytest.CaptureFixture[str]) -> None
 def test_sessions_take_the_server_url_from_the_environment_and_check_it(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
-    from agentkernel.cli import build_parser
+    from agentkernel.cli.commands import build_parser
 
     monkeypatch.setenv("AGENTKERNEL_URL", "http://agents.internal:9000")
     assert build_parser().parse_args(["sessions", "list"]).url == "http://agents.internal:9000"

@@ -7,7 +7,7 @@ import json
 import subprocess
 import sys
 
-from agentkernel.pipeline.process.collector import GEN0_THRESHOLD
+from agentkernel.pipeline.runtime.collector import GEN0_THRESHOLD
 
 #: What a child prints as its last line: the collector's settings at that moment.
 REPORT = (
@@ -29,7 +29,7 @@ def after_tuning(prelude: str) -> dict[str, object]:
         "import gc, json\n"
         f"{prelude}\n"
         "before = gc.get_threshold()\n"
-        "from agentkernel.pipeline.process.collector import tune_for_server\n"
+        "from agentkernel.pipeline.runtime.collector import tune_for_server\n"
         "tune_for_server()\n"
         f"{REPORT}\n"
     )
@@ -58,7 +58,7 @@ def test_the_runner_entry_point_tunes_its_process() -> None:
     state = in_child(
         "import gc, json\n"
         "before = gc.get_threshold()\n"
-        "from agentkernel.pipeline.agent_runner import AgentRunner\n"
+        "from agentkernel.pipeline.runner.agent_runner import AgentRunner\n"
         "def report(self):\n"
         f"    {REPORT}\n"
         "AgentRunner.serve = report\n"

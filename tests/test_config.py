@@ -6,7 +6,7 @@ from pathlib import Path
 
 import pytest
 
-from agentkernel.core.config import AKConfig, AKConfigError, require_extra
+from agentkernel.core.config.root import AKConfig, AKConfigError, require_extra
 
 
 def write(tmp_path: Path, text: str) -> Path:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from agentkernel.core.config import AKConfig, AKConfigError
+from agentkernel.core.config.root import AKConfig, AKConfigError
 
 #: transport env, the key the error names, the window in seconds
 TRANSPORTS = [

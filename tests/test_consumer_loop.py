@@ -20,9 +20,9 @@ from agentkernel.core.errors import (
 from agentkernel.pipeline.consumer import outage
 from agentkernel.pipeline.consumer.in_flight import Slots
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 def send(transport: InMemoryTransport, body: str, group: str = "g") -> None:
@@ -530,7 +530,7 @@ def test_run_closes_the_given_clients_in_order_after_the_drain() -> None:
 
 def test_retry_delay_doubles_per_delivery_up_to_the_cap() -> None:
     from agentkernel.core.log_limit import RateLimitedLog
-    from agentkernel.pipeline.consumer.redelivery import Redelivery
+    from agentkernel.pipeline.transport.redelivery import Redelivery
 
     redelivery = Redelivery(
         "q",

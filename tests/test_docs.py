@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from agentkernel.core.config_reference import render
+from agentkernel.core.config.reference import render
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -12,7 +12,7 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_configuration_reference_is_current() -> None:
     committed = (ROOT / "docs" / "configuration.md").read_text()
     assert committed == render(), (
-        "docs/configuration.md is stale: python -m agentkernel.core.config_reference "
+        "docs/configuration.md is stale: python -m agentkernel.core.config.reference "
         "> docs/configuration.md"
     )
 

@@ -13,18 +13,18 @@ import json
 import tracemalloc
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import (
+from agentkernel.core.config.root import (
     BROKER_MAX_IN_FLIGHT,
     IN_PROCESS_MAX_IN_FLIGHT,
     AKConfig,
     RunnerConfig,
 )
-from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.process.io_handler import IOHandler
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 from .runner_config import config_with
 

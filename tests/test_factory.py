@@ -4,10 +4,10 @@ from __future__ import annotations
 
 import pytest
 
-from agentkernel.core.config import AKConfig, AKConfigError, QueuesConfig
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.core.config.root import AKConfig, AKConfigError, QueuesConfig
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class TinyTransport(QueueTransport):

@@ -14,9 +14,9 @@ from collections.abc import Iterator
 import pytest
 
 from agentkernel import Agent, AgentRegistry, RetryableError, Turn
-from agentkernel.core.config import RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.last_errors import MAX_CAUSE, cause_of
+from agentkernel.core.config.root import RunnerConfig
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
+from agentkernel.pipeline.runner.last_errors import MAX_CAUSE, cause_of
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore

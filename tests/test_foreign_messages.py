@@ -20,15 +20,15 @@ import pytest
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.core.agent import Turn
-from agentkernel.core.config import QueuesConfig, RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.core.config.root import QueuesConfig, RunnerConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.response_handler import ResponseHandler
+from agentkernel.pipeline.response_store.handler import ResponseHandler
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests import foreign
 from tests.runner_config import config_with
 

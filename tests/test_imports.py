@@ -31,10 +31,12 @@ CORE_MODULES = (
     "agentkernel.deployment.common.thread_runner",
     "agentkernel.core.util.factory",
     "agentkernel.api",
-    "agentkernel.pipeline.tracing",
-    "agentkernel.pipeline.front",
-    "agentkernel.pipeline.consumer.handling",
     "agentkernel.pipeline.agent_runner",
+    "agentkernel.pipeline.runtime.tracing",
+    "agentkernel.pipeline.front.chat_front",
+    "agentkernel.pipeline.consumer.handling",
+    "agentkernel.pipeline.runner.agent_runner",
+    "agentkernel.core.config.root",
 )
 
 

@@ -9,8 +9,8 @@ import pytest
 
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport, ManualClock
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 WAIT = 5.0  # bound of every wait in these tests; none is expected to take it
 

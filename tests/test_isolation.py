@@ -7,8 +7,8 @@ import threading
 import time
 
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 
 class Scripted(TransportConsumer):

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentkernel.core.config import AKConfig
-from agentkernel.core.config_kafka import NO_SHARED_STORE
+from agentkernel.core.config.kafka import NO_SHARED_STORE
+from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import AKConfigError
 
 KAFKA = {"AK_EXECUTION__QUEUES__TYPE": "kafka", "AK_EXECUTION__QUEUES__KAFKA__GROUP_ID": "g"}

@@ -6,8 +6,8 @@ import threading
 import time
 
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
-from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 
 class Recorder(TransportConsumer):

@@ -10,9 +10,9 @@ from pathlib import Path
 import pytest
 
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.core.config import AKConfig
-from agentkernel.core.config_backends import check_kind
-from agentkernel.core.config_env import unparsable_variables, variable_for
+from agentkernel.core.config.backends import check_kind
+from agentkernel.core.config.env import unparsable_variables, variable_for
+from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.loading import importable, load_agents
 

@@ -8,13 +8,13 @@ import json
 import pytest
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config import QueuesConfig, RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.response_handler import ResponseHandler, record_of
+from agentkernel.core.config.root import QueuesConfig, RunnerConfig
+from agentkernel.pipeline.response_store.handler import ResponseHandler, record_of
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.runner_config import config_with
 
 
@@ -121,7 +121,7 @@ def test_an_owned_turn_runs_under_its_scoped_group_and_no_other_identitys(
 ) -> None:
     """With an owner, the group is the session's scoped key: the body names the session the
     client chose, and a group scoped to another identity is refused like any other mismatch."""
-    from agentkernel.pipeline.scoping import session_key
+    from agentkernel.pipeline.wire.scoping import session_key
 
     body = json.dumps({"session_id": "s1", "prompt": "x", "agent": "echo"})
     mine = session_key("s1", "key:alice")
@@ -196,7 +196,7 @@ def test_a_failing_output_message_still_answers_the_caller(transport: InMemoryTr
 
 def test_components_use_the_empty_stores_they_are_given(transport: InMemoryTransport) -> None:
     """Regression: empty in-memory stores are falsy (``__len__``) and were once replaced."""
-    from agentkernel.core.config import AKConfig
+    from agentkernel.core.config.root import AKConfig
     from agentkernel.pipeline.process.io_handler import IOHandler
 
     store, sessions = InMemoryResponseStore(), InMemorySessionStore()

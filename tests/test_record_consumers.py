@@ -11,9 +11,9 @@ import pytest
 
 from agentkernel.pipeline import QueueConsumer
 from agentkernel.pipeline.consumer.records import RecordConsumer, record_loop, record_message
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class Inbox(QueueConsumer):

@@ -6,12 +6,12 @@ import asyncio
 import json
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config import RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.position import Position
+from agentkernel.core.config.root import RunnerConfig
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.base import REMEMBERED_TURNS, SessionRecord, TurnOutcome
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.position import Position
 from tests.runner_config import config_with
 from tests.test_turn_outcomes import Remembering, delivery
 

@@ -17,20 +17,20 @@ from typing import Any, ClassVar
 import pytest
 
 from agentkernel import Agent, RetryableError, Turn
-from agentkernel.core.config import QueuesConfig
+from agentkernel.core.config.root import QueuesConfig
 from agentkernel.core.errors import TransportError
-from agentkernel.pipeline.envelope import (
+from agentkernel.pipeline.response_store.base import ResponseRecord
+from agentkernel.pipeline.response_store.frames import chunk_frames, read_frames
+from agentkernel.pipeline.response_store.handler import ResponseHandler
+from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
+from agentkernel.pipeline.runner.execution import Streamer
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_REQUEST_ID,
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.execution import Streamer
-from agentkernel.pipeline.frames import chunk_frames, read_frames
-from agentkernel.pipeline.response_handler import ResponseHandler
-from agentkernel.pipeline.response_store.base import ResponseRecord
-from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
-from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 
 SEND_SECONDS = 0.005
 

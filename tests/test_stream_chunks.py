@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import ATTR_CHUNK_INDEX, ATTR_STREAM, QueueName
-from agentkernel.pipeline.frames import chunk_frames
+from agentkernel.core.config.root import RunnerConfig
+from agentkernel.pipeline.response_store.frames import chunk_frames
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import ATTR_CHUNK_INDEX, ATTR_STREAM, QueueName
 from tests.runner_config import config_with
 from tests.test_turn_outcomes import delivery
 

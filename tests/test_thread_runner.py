@@ -10,12 +10,12 @@ import time
 
 import pytest
 
-from agentkernel.pipeline.process.thread_runner import ThreadRunner, close_in_order
+from agentkernel.pipeline.runtime.thread_runner import ThreadRunner, close_in_order
 
 PRELUDE = textwrap.dedent(
     """
     import sys, time, threading
-    from agentkernel.pipeline.process.thread_runner import ThreadRunner
+    from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 
     def say(text):
         print(text, flush=True)

@@ -13,12 +13,12 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config import RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
-from agentkernel.pipeline.process.event_loop import LoopThread, StallWatchdog
+from agentkernel.core.config.root import RunnerConfig
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
+from agentkernel.pipeline.runtime.event_loop import LoopThread, StallWatchdog
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from tests.runner_config import config_with
 
 
@@ -123,7 +123,7 @@ def test_an_agent_that_ignores_its_cancellation_is_answered_504_without_it(
         await asyncio.sleep(4.5)  # the agent runs on to its end, left alone
         return answered
 
-    with caplog.at_level(logging.ERROR, logger="agentkernel.pipeline.execution"):
+    with caplog.at_level(logging.ERROR, logger="agentkernel.pipeline.runner.execution"):
         answered = asyncio.run(main())
     assert answered < 2.5  # the deadline, then a second to unwind
     status, doc = reply(transport)
@@ -168,7 +168,7 @@ def test_a_blocked_event_loop_is_reported_with_the_agent_and_request(
     async def blocking_agent(turn: Turn) -> None:
         time.sleep(0.5)  # the mistake the watchdog is there to catch
 
-    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.process.event_loop"):
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.runtime.event_loop"):
         loop.run(blocking_agent(Turn("p", "s", "req-blocking", "blocker")), timeout=5)
         deadline = time.monotonic() + 3
         while len(caplog.records) < 2 and time.monotonic() < deadline:
@@ -187,7 +187,7 @@ def test_a_busy_but_yielding_loop_is_not_reported(caplog: pytest.LogCaptureFixtu
         for _ in range(20):
             await asyncio.sleep(0.02)
 
-    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.process.event_loop"):
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.runtime.event_loop"):
         loop.run(polite(), timeout=5)
     loop.stop()
     assert caplog.records == []

@@ -17,15 +17,15 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry, RetryableError, Turn
-from agentkernel.core.config import RunnerConfig
+from agentkernel.core.config.root import RunnerConfig
 from agentkernel.core.errors import MessageRejectedError, StaleSessionError
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from tests.runner_config import config_with
 from tests.stores.test_response_stores import create_table
 
@@ -240,7 +240,7 @@ def test_permanent_failure_logs_one_line_and_is_committed(
 ) -> None:
     with pytest.raises(RetryableError):
         run(runner.process_message(delivery("f", "retry", "r1", attempt=3)))
-    with caplog.at_level("ERROR", logger="agentkernel.pipeline.agent_runner"):
+    with caplog.at_level("ERROR", logger="agentkernel.pipeline.runner.agent_runner"):
         run(runner.on_permanent_failure(delivery("f", "retry", "r1", attempt=4)))
     [line] = [r.getMessage() for r in caplog.records]
     assert "r1" in line and "session f" in line and "3 attempts" in line

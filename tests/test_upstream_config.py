@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from agentkernel.core.config import AKConfig, AKConfigError
+from agentkernel.core.config.root import AKConfig, AKConfigError
 
 
 def load(tmp_path: Path, text: str) -> AKConfig:
@@ -129,7 +129,7 @@ def test_the_logging_level_applies_to_the_command(tmp_path: Path) -> None:
     (tmp_path / "config.yaml").write_text("logging: {ak: {level: WARNING}}\n")
     code = (
         "import logging, sys\n"
-        "from agentkernel import cli\n"
+        "from agentkernel.cli import commands as cli\n"
         "import argparse\n"
         "cli._configure(argparse.Namespace(config='config.yaml', host=None, port=None))\n"
         "print(logging.getLogger('agentkernel').level)"

@@ -51,7 +51,7 @@ def http_health(port: int) -> bool:
 
 
 def main() -> int:
-    from agentkernel.core.config import AKConfig
+    from agentkernel.core.config.root import AKConfig
 
     config = AKConfig.load()
     if is_runner(pid1_argv()):

@@ -2,6 +2,6 @@
 
 import sys
 
-from agentkernel.cli import main
+from agentkernel.cli.commands import main
 
 sys.exit(main())

@@ -11,7 +11,7 @@ from agentkernel.client import ChatError
 
 __all__ = ["SessionsClient"]
 
-#: The sessions routes (as :data:`agentkernel.pipeline.sessions.SESSIONS_PATH`; not imported,
+#: The sessions routes (as :data:`agentkernel.pipeline.front.sessions.SESSIONS_PATH`; not imported,
 #: so the client loads nothing of the server).
 SESSIONS_PATH = "/api/v1/sessions"
 

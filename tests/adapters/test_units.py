@@ -167,7 +167,8 @@ def test_a_missing_sdk_names_the_extra(module: str, blocked: str) -> None:
 
 def test_the_core_imports_no_agent_sdk_even_when_installed() -> None:
     loaded = run(
-        "import sys, agentkernel, agentkernel.pipeline.agent_runner, agentkernel.cli, "
+        "import sys, agentkernel, agentkernel.pipeline.runner.agent_runner, "
+        "agentkernel.cli.commands, "
         "agentkernel.core.model_errors\n"
         "print(sorted({m.split('.')[0] for m in sys.modules} & "
         "{'agents', 'openai', 'langgraph', 'langchain_core', 'langchain_openai'}))"

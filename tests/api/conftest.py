@@ -12,10 +12,10 @@ import httpx
 import pytest
 
 from agentkernel import Agent, AgentRegistry, RetryableError
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
-from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.response_store import ResponseStore
+from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.transport.base import QueueTransport
 
 ATTEMPTS: dict[str, int] = {}

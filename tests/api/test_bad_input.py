@@ -9,8 +9,8 @@ import time
 import httpx
 import pytest
 
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 
 from .conftest import Server
 

@@ -1,8 +1,8 @@
 """The same request through the FastAPI app and through ``Lambda.handler`` gets the same answer.
 
-Both adapters sit over one chat front (:mod:`agentkernel.pipeline.front`); each case runs twice,
-once per adapter, against a fresh in-memory transport and store prepared the same way, and the
-status, error code, body and polling headers must match. Lambda events alternate between the
+Both adapters sit over one chat front (:mod:`agentkernel.pipeline.front.chat_front`); each case runs
+twice, once per adapter, against a fresh in-memory transport and store prepared the same way, and
+the status, error code, body and polling headers must match. Lambda events alternate between the
 HTTP API (2.0) and REST API (1.0) shapes; the caller's identity is an API key on FastAPI and the
 authorizer's ``principalId`` / JWT ``sub`` on Lambda, three identities (``key:alice``,
 ``lambda:alice``, ``jwt:alice``) that ``api.auth.aliases`` maps onto one, ``alice``, on purpose.
@@ -24,12 +24,12 @@ from pydantic import SecretStr
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.aws.request import Lambda
-from agentkernel.core.config import AKConfig, AuthConfig
-from agentkernel.pipeline.chat import request_id_for
-from agentkernel.pipeline.request_handler import RequestHandler
+from agentkernel.core.config.root import AKConfig, AuthConfig
+from agentkernel.pipeline.http.request_handler import RequestHandler
 from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.chat import request_id_for
 
 KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789"}
 FRESH_ID = re.compile(r"\b[0-9a-f]{32}\b")

@@ -26,20 +26,20 @@ import psycopg  # noqa: E402
 import redis  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from agentkernel.core.config import AKConfig, AuthConfig, SessionConfig  # noqa: E402
-from agentkernel.core.config_backends import (  # noqa: E402
+from agentkernel.core.config.backends import (  # noqa: E402
     DynamoDBStoreConfig,
     PostgresStoreConfig,
     RedisStoreConfig,
 )
+from agentkernel.core.config.root import AKConfig, AuthConfig, SessionConfig  # noqa: E402
 from agentkernel.pipeline.process.io_handler import IOHandler  # noqa: E402
 from agentkernel.pipeline.response_store import ResponseStore  # noqa: E402
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore  # noqa: E402
 from agentkernel.pipeline.response_store.postgres import PostgresResponseStore  # noqa: E402
 from agentkernel.pipeline.response_store.redis import RedisResponseStore  # noqa: E402
-from agentkernel.pipeline.scoping import session_key  # noqa: E402
 from agentkernel.pipeline.session_store import create_session_store  # noqa: E402
 from agentkernel.pipeline.turn_control import Stop, StopKind  # noqa: E402
+from agentkernel.pipeline.wire.scoping import session_key  # noqa: E402
 from tests.api.conftest import Server, make_config, poll, registry  # noqa: E402
 from tests.stores.test_response_stores import create_table  # noqa: E402
 from tests.stores.test_session_stores import create_session_table  # noqa: E402

@@ -19,11 +19,11 @@ import pytest
 
 redis = pytest.importorskip("redis")
 
-from agentkernel.core.config import SessionConfig  # noqa: E402
-from agentkernel.core.config_backends import RedisStoreConfig  # noqa: E402
+from agentkernel.core.config.backends import RedisStoreConfig  # noqa: E402
+from agentkernel.core.config.root import SessionConfig  # noqa: E402
 from agentkernel.pipeline.process.io_handler import IOHandler  # noqa: E402
-from agentkernel.pipeline.process.metrics import METRICS  # noqa: E402
 from agentkernel.pipeline.response_store.redis import RedisResponseStore  # noqa: E402
+from agentkernel.pipeline.runtime.metrics import METRICS  # noqa: E402
 from tests.chaos.infra import EphemeralRedis  # noqa: E402
 
 from .conftest import Server, make_config, poll, registry  # noqa: E402

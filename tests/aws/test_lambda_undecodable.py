@@ -10,7 +10,7 @@ import boto3
 import pytest
 
 from agentkernel.aws import ServerlessAgentRunner
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.runtime.metrics import METRICS
 from tests.aws.lambda_harness import LambdaContext, sqs_event
 from tests.aws.test_lambda import d  # noqa: F401 - the deployment fixture
 

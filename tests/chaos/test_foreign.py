@@ -14,8 +14,8 @@ import uuid
 
 import pytest
 
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 from tests.chaos import budget
 from tests.test_foreign_messages import Pipeline, Publish, broker, turn_message
 

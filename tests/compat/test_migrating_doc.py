@@ -7,7 +7,7 @@ from pathlib import Path
 
 import agentkernel.pipeline
 import agentkernel.pipeline.transport
-from agentkernel.core import config
+from agentkernel.core.config import root as config  # every name of agentkernel.core.config
 from agentkernel.core.upstream import UPSTREAM_MOVED, UPSTREAM_ONLY
 
 DOC = (Path(__file__).resolve().parents[2] / "docs" / "migrating.md").read_text()

@@ -17,7 +17,7 @@ import yaml
 from hcl2.utils import SerializationOptions
 from pydantic import BaseModel
 
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from tests import servers
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -7,7 +7,7 @@ import re
 
 import pytest
 
-from agentkernel.core.config import CONFIG_PATH_ENV, AKConfig
+from agentkernel.core.config.root import CONFIG_PATH_ENV, AKConfig
 from tests.deploy import artifacts as a
 
 GUIDE_IO = {

@@ -21,7 +21,7 @@ from types import ModuleType
 
 import pytest
 
-from agentkernel.cli import build_parser
+from agentkernel.cli.commands import build_parser
 from tests import servers
 from tests.deploy import artifacts as a
 

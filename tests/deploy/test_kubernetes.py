@@ -8,7 +8,7 @@ import pytest
 import yaml
 from kubernetes_validate import SchemaNotFoundError, validate
 
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.process import io_handler
 from agentkernel.pipeline.transport.nats.owners import lease_seconds
 from tests.deploy import artifacts as a

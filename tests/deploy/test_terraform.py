@@ -320,7 +320,7 @@ def test_ecs_stop_timeout_exceeds_the_runner_drain(max_turn) -> None:
     overrides = {} if max_turn is None else {"max_turn_seconds": max_turn}
     locals_ = a.locals_of(a.ECS)
     drain = a.evaluate(locals_["runner_drain_seconds"], a.ECS, overrides)
-    from agentkernel.core.config import SQSQueueConfig
+    from agentkernel.core.config.root import SQSQueueConfig
 
     longest_poll = SQSQueueConfig().wait_time_seconds
     turn = overrides.get("max_turn_seconds", a.defaults(a.ECS)["max_turn_seconds"])
@@ -339,7 +339,7 @@ def test_ecs_stop_timeout_exceeds_the_runner_drain(max_turn) -> None:
 def test_request_handler_http_routes_exist_in_the_api() -> None:
     routes = a.locals_of(a.MODULES / "api-gateway")["routes"]
     declared = set(re.findall(r'"(GET|POST|DELETE) ([^"]+)"', a.expression(routes)))
-    from agentkernel.pipeline.request_handler import RequestHandler
+    from agentkernel.pipeline.http.request_handler import RequestHandler
     from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
     from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 

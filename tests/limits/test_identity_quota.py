@@ -13,11 +13,11 @@ import httpx
 import pytest
 import websockets.sync.client as ws_client
 
-from agentkernel.core.config import AuthConfig, LimitsConfig
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.core.config.root import AuthConfig, LimitsConfig
 from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.api.conftest import Server, poll, start_server  # noqa: F401 - fixture
 
 KEYS = {"alice": "alice-key-quota-1", "bob": "bob-key-quota-2"}

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config import AuthConfig, LimitsConfig
+from agentkernel.core.config.root import AuthConfig, LimitsConfig
 from tests.api.conftest import start_server  # noqa: F401 - fixture
 
 AUTH = AuthConfig.model_validate(

@@ -13,8 +13,8 @@ import pytest
 import websockets.sync.client as ws_client
 
 from agentkernel.core.redact import PrintableFilter, printable
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 from tests.api.conftest import Server, start_server  # noqa: F401 - fixture
 
 jwt = pytest.importorskip("jwt", reason="JWT support needs the 'auth' extra")
@@ -49,7 +49,7 @@ def test_the_log_filter_makes_one_record_one_line() -> None:
 @pytest.fixture
 def logged(start_server) -> Iterator[Server]:  # type: ignore[no-untyped-def]  # noqa: F811
     auth = {"enabled": True, "jwt": {"secret": SECRET}}
-    from agentkernel.core.config import AuthConfig
+    from agentkernel.core.config.root import AuthConfig
 
     yield start_server(auth=AuthConfig.model_validate(auth), access_log=True)
 

@@ -12,7 +12,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from agentkernel import Agent, AgentRegistry, RetryableError
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
 
 exporter = InMemorySpanExporter()

@@ -11,7 +11,7 @@ import pytest
 
 from agentkernel.core.errors import AKConfigError, StoreDataLostError
 from agentkernel.pipeline.process.health_server import HealthServer
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.runtime.metrics import METRICS
 
 
 def ok() -> None:

@@ -16,7 +16,7 @@ from pathlib import Path
 import httpx
 import pytest
 
-from agentkernel.pipeline import tracing
+from agentkernel.pipeline.runtime import tracing
 from tests import servers
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -162,7 +162,7 @@ def test_the_cli_exports_the_spans_over_otlp_before_it_exits(
 RECORDING_SCRIPT = """
 from opentelemetry import trace
 from opentelemetry.sdk.trace import TracerProvider
-from agentkernel.pipeline import tracing
+from agentkernel.pipeline.runtime import tracing
 before = tracing.recording()
 if not {by_name}:
     trace.set_tracer_provider(TracerProvider())

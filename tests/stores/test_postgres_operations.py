@@ -14,8 +14,8 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from agentkernel.cli import main
-from agentkernel.core.config import PostgresStoreConfig, ResponseStoreConfig, SessionConfig
+from agentkernel.cli.commands import main
+from agentkernel.core.config.root import PostgresStoreConfig, ResponseStoreConfig, SessionConfig
 from agentkernel.core.errors import (
     AKConfigError,
     SessionStoreError,

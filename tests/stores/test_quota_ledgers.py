@@ -13,12 +13,12 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 import pytest
 
-from agentkernel.core.config import LimitsConfig
+from agentkernel.core.config.root import LimitsConfig
 from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
 from agentkernel.core.redis_client import redis_client
+from agentkernel.pipeline.front.quota import IdentityQuota
 from agentkernel.pipeline.quota import Quota, QuotaLedger
 from agentkernel.pipeline.quota.dynamodb import BUCKETS, DynamoDBQuotaLedger
-from agentkernel.pipeline.quota.front import IdentityQuota
 from agentkernel.pipeline.quota.redis import RedisQuotaLedger
 from agentkernel.pipeline.quota.testing import TURNS, QuotaLedgerContract
 from agentkernel.pipeline.response_store import ResponseStore
@@ -224,7 +224,7 @@ def test_a_throttled_ledger_lets_the_turn_through(
 ) -> None:
     store = DynamoDBResponseStore("replies", endpoint_url=throttling_dynamodb)
     quota = IdentityQuota(store, LimitsConfig(identity_unread_turns=1))
-    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.quota.front"):
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.front.quota"):
         quota.admit("key:a", "r1", "s1")
     assert "not counted" in caplog.text
 
@@ -246,7 +246,7 @@ def test_an_unreachable_ledger_lets_the_turn_through_and_says_so(
     backend: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     quota = IdentityQuota(UNREACHABLE[backend](), LimitsConfig(identity_unread_turns=1))
-    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.quota.front"):
+    with caplog.at_level(logging.WARNING, logger="agentkernel.pipeline.front.quota"):
         quota.admit("key:a", "r1", "s1")
         quota.admit("key:a", "r2", "s1")  # over the cap, but nothing could be counted
     assert "not counted" in caplog.text

@@ -12,15 +12,15 @@ import pytest
 from pydantic import ValidationError
 
 from agentkernel.auth import qualified_identity
-from agentkernel.core.config import AuthConfig, SessionConfig
+from agentkernel.core.config.root import AuthConfig, SessionConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
-from agentkernel.pipeline.scoping import session_key
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
 from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome
 from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from agentkernel.pipeline.wire.scoping import session_key
 from tests.api.conftest import Server, make_config, registry
 from tests.stores.test_response_stores import create_table
 

@@ -8,13 +8,13 @@ import math
 import pytest
 
 from agentkernel.core.errors import SessionStateError
-from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.session_store.base import (
     REMEMBERED_TURNS,
     SessionRecord,
     TurnOutcome,
 )
 from agentkernel.pipeline.session_store.index import LOGGED_TURNS, TurnEntry, TurnLog
+from agentkernel.pipeline.wire.position import Position
 
 
 def long_session(turns: int = 120) -> SessionRecord:

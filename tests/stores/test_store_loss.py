@@ -21,26 +21,26 @@ redis = pytest.importorskip("redis")
 
 from agentkernel import Agent, AgentRegistry, Turn  # noqa: E402
 from agentkernel.core import redis_guard  # noqa: E402
-from agentkernel.core.config import RunnerConfig  # noqa: E402
+from agentkernel.core.config.root import RunnerConfig  # noqa: E402
 from agentkernel.core.errors import (  # noqa: E402
     AKConfigError,
     StoreDataLostError,
     StoreFullError,
     StoreUnavailableError,
 )
-from agentkernel.pipeline.agent_runner import AgentRunner  # noqa: E402
-from agentkernel.pipeline.envelope import (  # noqa: E402
+from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket  # noqa: E402
+from agentkernel.pipeline.response_store.redis import RedisResponseStore  # noqa: E402
+from agentkernel.pipeline.runner.agent_runner import AgentRunner  # noqa: E402
+from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome  # noqa: E402
+from agentkernel.pipeline.session_store.redis import RedisSessionStore  # noqa: E402
+from agentkernel.pipeline.transport.in_memory import InMemoryTransport  # noqa: E402
+from agentkernel.pipeline.wire.envelope import (  # noqa: E402
     ATTR_REQUEST_ID,
     ATTR_USER_ID,
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket  # noqa: E402
-from agentkernel.pipeline.response_store.redis import RedisResponseStore  # noqa: E402
-from agentkernel.pipeline.scoping import session_key  # noqa: E402
-from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome  # noqa: E402
-from agentkernel.pipeline.session_store.redis import RedisSessionStore  # noqa: E402
-from agentkernel.pipeline.transport.in_memory import InMemoryTransport  # noqa: E402
+from agentkernel.pipeline.wire.scoping import session_key  # noqa: E402
 from tests.chaos.infra import EphemeralRedis, PrivateRedis  # noqa: E402
 from tests.runner_config import config_with  # noqa: E402
 

@@ -17,8 +17,8 @@ import uuid
 from collections import deque
 from typing import ClassVar
 
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class _Queue:

@@ -14,11 +14,11 @@ import sys
 
 from confluent_kafka.admin import AdminClient
 
-from agentkernel.core.config import KafkaQueueConfig
-from agentkernel.pipeline.envelope import QueueName
+from agentkernel.core.config.root import KafkaQueueConfig
 from agentkernel.pipeline.transport.bookkeeping import RedisBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaTransport
 from agentkernel.pipeline.transport.kafka.identity import bookkeeping_prefix, cluster_id
+from agentkernel.pipeline.wire.envelope import QueueName
 
 
 class UnmarkedBookkeeping(RedisBookkeepingStore):

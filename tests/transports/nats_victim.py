@@ -7,9 +7,9 @@ Arguments: the settings as JSON and how many messages to fetch. Prints one JSON 
 import json
 import sys
 
-from agentkernel.core.config import NatsQueueConfig
-from agentkernel.pipeline.envelope import QueueName
+from agentkernel.core.config.root import NatsQueueConfig
 from agentkernel.pipeline.transport.nats import NatsTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 
 settings = NatsQueueConfig.model_validate_json(sys.argv[1])
 wanted = int(sys.argv[2])

@@ -7,9 +7,9 @@ Arguments: the settings as JSON and how many messages to fetch. Prints one JSON 
 import json
 import sys
 
-from agentkernel.core.config import RedisQueueConfig
-from agentkernel.pipeline.envelope import QueueName
+from agentkernel.core.config.root import RedisQueueConfig
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 
 settings = RedisQueueConfig.model_validate_json(sys.argv[1])
 wanted = int(sys.argv[2])

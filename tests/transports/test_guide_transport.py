@@ -6,9 +6,9 @@ resources) is detected by the suite, which then checks the transport is consiste
 
 from __future__ import annotations
 
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 from tests.transports.guide_transport import GuideTransport
 
 

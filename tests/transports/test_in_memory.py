@@ -7,10 +7,10 @@ import math
 
 import pytest
 
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport, ManualClock
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class TestInMemoryTransportContract(QueueTransportContract):

@@ -7,13 +7,13 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config import KafkaQueueConfig
+from agentkernel.core.config.root import KafkaQueueConfig
 from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.bookkeeping import InMemoryBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.foreign import KAFKA_KINDS, publish_kafka
 
 pytestmark = pytest.mark.kafka

@@ -8,9 +8,9 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.kafka import KafkaTransport
 from agentkernel.pipeline.transport.kafka.identity import bookkeeping_prefix
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests import servers
 from tests.transports.test_kafka import kafka_settings
 

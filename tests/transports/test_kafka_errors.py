@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.transport.bookkeeping import InMemoryBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 from tests.transports.test_kafka import kafka_settings
 
 pytestmark = pytest.mark.kafka

@@ -18,13 +18,13 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.core.config.root import RunnerConfig
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.base import REMEMBERED_TURNS
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.transport.bookkeeping import InMemoryBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaConsumer, KafkaTransport
+from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 from tests.runner_config import config_with
 from tests.transports.test_kafka import kafka_settings
 

@@ -14,13 +14,13 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config import NatsQueueConfig, QueuesConfig
+from agentkernel.core.config.root import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.foreign import NATS_KINDS, publish_nats
 from tests.servers import free_port
 

@@ -14,11 +14,11 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config import NatsQueueConfig
+from agentkernel.core.config.root import NatsQueueConfig
 from agentkernel.core.errors import AKConfigError, TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.watch import CHECK_SECONDS
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.chaos.infra import PrivateNats
 
 pytestmark = pytest.mark.nats

@@ -11,11 +11,11 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config import NatsQueueConfig
+from agentkernel.core.config.root import NatsQueueConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.nats import NatsTransport
 from agentkernel.pipeline.transport.nats.changes import Changes
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 pytestmark = pytest.mark.nats
 

@@ -20,11 +20,11 @@ from typing import Any
 import pytest
 
 from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.pull import Inbox
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.transports.test_nats import settings
 
 pytestmark = pytest.mark.nats

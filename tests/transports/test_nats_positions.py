@@ -9,11 +9,11 @@ from collections.abc import Iterator
 import pytest
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config import RunnerConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
+from agentkernel.core.config.root import RunnerConfig
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.nats import NatsTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.runner_config import config_with
 from tests.transports.test_nats import settings
 

@@ -9,12 +9,12 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from agentkernel.core.config import PostgresQueueConfig
-from agentkernel.pipeline.envelope import QueueName
+from agentkernel.core.config.root import PostgresQueueConfig
 from agentkernel.pipeline.postgres.schema import migrate
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.postgres import PostgresTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 
 pytestmark = pytest.mark.postgres
 

@@ -11,9 +11,9 @@ import psycopg
 import pytest
 
 from agentkernel.core.errors import AKConfigError, TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransportFactory
 from agentkernel.pipeline.transport.postgres import KEY, PostgresTransport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests import servers
 from tests.stores.postgres_helpers import Proxy
 from tests.transports.test_postgres import queue_config, queue_schema

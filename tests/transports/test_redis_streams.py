@@ -11,10 +11,9 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agentkernel.core.config import RedisQueueConfig
+from agentkernel.core.config.root import RedisQueueConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
 from agentkernel.core.redis_client import redis_client
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import (
     QueueTransport,
@@ -23,6 +22,7 @@ from agentkernel.pipeline.transport.base import (
 )
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.redis.consumer import PARKING_CONSUMER
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.foreign import REDIS_KINDS, publish_redis
 
 pytestmark = pytest.mark.redis

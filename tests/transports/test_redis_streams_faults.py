@@ -19,9 +19,9 @@ import pytest
 import redis
 
 from agentkernel.core.errors import AKConfigError, TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.redis import transport as redis_transport
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests import servers
 from tests.transports.test_redis_streams import drop_keys, fetch_all, settings
 

@@ -17,9 +17,9 @@ import pytest
 
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.redis_client import is_cluster
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.redis.transport import require_version
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.redis_servers import PrivateCluster
 from tests.transports import test_redis_streams as on_redis7
 from tests.transports.test_redis_streams import (

@@ -8,12 +8,12 @@ import uuid
 import boto3
 import pytest
 
-from agentkernel.core.config import QueuesConfig
+from agentkernel.core.config.root import QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.sqs import SQSTransport, lease_param, wait_param
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.foreign import NOT_UTF8, SQS_KINDS, publish_sqs
 
 pytestmark = pytest.mark.aws

@@ -8,7 +8,7 @@ import pytest
 from tests.api.conftest import Server
 from tests.turn_control.helpers import WATCH, post_async, reply
 
-from agentkernel import cli
+from agentkernel.cli import commands as cli
 
 
 def last_line(stderr: str) -> str:

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import asyncio
 
-from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.front import ChatFront
+from agentkernel.core.config.root import AKConfig
+from agentkernel.pipeline.front.chat_front import ChatFront
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport

@@ -18,16 +18,16 @@ import pytest
 from tests.runner_config import config_with
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config import RunnerConfig
+from agentkernel.core.config.root import RunnerConfig
 from agentkernel.core.errors import SessionStoreUnavailableError
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from agentkernel.pipeline.turn_control.signals import InMemoryTurnSignals, TurnSignals
+from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 
 
 @pytest.fixture(params=["in_memory", pytest.param("redis", marks=pytest.mark.redis)])

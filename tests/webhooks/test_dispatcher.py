@@ -21,9 +21,9 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
-from agentkernel.core.config_webhooks import WebhooksConfig
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.core.config.webhooks import WebhooksConfig
 from agentkernel.pipeline.response_store import ResponseRecord
+from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 from agentkernel.pipeline.webhooks.sender import Timeouts, post
 from agentkernel.pipeline.webhooks.urls import Target

@@ -14,10 +14,15 @@ import httpx
 import pytest
 import websockets.sync.client as ws_client
 
-from agentkernel.core.config import RedisQueueConfig
-from agentkernel.core.config_webhooks import WebhooksConfig
-from agentkernel.pipeline.chat import ChatRequest, fingerprint, turn_message
-from agentkernel.pipeline.envelope import (
+from agentkernel.core.config.root import RedisQueueConfig
+from agentkernel.core.config.webhooks import WebhooksConfig
+from agentkernel.pipeline.process.io_handler import IOHandler
+from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.redis import RedisStreamsTransport
+from agentkernel.pipeline.transport.sqs import MAX_ATTRIBUTES, encode_attributes
+from agentkernel.pipeline.wire.chat import ChatRequest, fingerprint, turn_message
+from agentkernel.pipeline.wire.envelope import (
     ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
@@ -26,12 +31,7 @@ from agentkernel.pipeline.envelope import (
     ATTR_USER_ID,
     ATTR_WEBHOOK,
 )
-from agentkernel.pipeline.process.io_handler import IOHandler
-from agentkernel.pipeline.process.metrics import METRICS
-from agentkernel.pipeline.replies import ChatTurnBody, reply_message
-from agentkernel.pipeline.transport.base import QueueTransport
-from agentkernel.pipeline.transport.redis import RedisStreamsTransport
-from agentkernel.pipeline.transport.sqs import MAX_ATTRIBUTES, encode_attributes
+from agentkernel.pipeline.wire.replies import ChatTurnBody, reply_message
 from agentkernel.webhooks import ATTEMPT_HEADER, ID_HEADER, SIGNATURE_HEADER, verify_signature
 from tests.api.conftest import Server, make_config, registry
 from tests.transports.test_redis_streams import drop_keys

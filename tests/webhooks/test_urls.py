@@ -7,7 +7,7 @@ import ipaddress
 
 import pytest
 
-from agentkernel.core.config_webhooks import WebhooksConfig
+from agentkernel.core.config.webhooks import WebhooksConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.webhooks.urls import (
     MAX_URL_LENGTH,
@@ -178,7 +178,7 @@ def test_bad_allow_list_patterns_stop_the_config() -> None:
 
 
 def test_config_keys_load_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
-    from agentkernel.core.config import AKConfig
+    from agentkernel.core.config.root import AKConfig
 
     monkeypatch.setenv("AK_API__WEBHOOKS__SECRET", "from-env")
     monkeypatch.setenv("AK_API__WEBHOOKS__ALLOWED_HOSTS", '["*.example.com"]')

@@ -7,7 +7,7 @@ process-wide HTTP client whose pooled connections belong to the loop that opened
 next invocation's turn failed with ``Event loop is closed``.
 
 The loop runs on its own daemon thread (the pipeline's
-:class:`~agentkernel.pipeline.process.event_loop.LoopThread`), started by the first
+:class:`~agentkernel.pipeline.runtime.event_loop.LoopThread`), started by the first
 invocation; the invocation's thread waits for its work there. Lambda
 freezes the thread between invocations with the rest of the process. Handlers called from
 several threads at once (tests that drive a whole deployment in one process) share it safely.
@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Coroutine
 from typing import Any, TypeVar
 
-from agentkernel.pipeline.process.event_loop import LoopThread
+from agentkernel.pipeline.runtime.event_loop import LoopThread
 
 T = TypeVar("T")
 

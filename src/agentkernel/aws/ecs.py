@@ -16,23 +16,23 @@ from agentkernel.aws import sqs_records
 from agentkernel.aws.settings import container_api, ecs_config
 from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline import tracing
-from agentkernel.pipeline.agent_runner import AgentRunner
 from agentkernel.pipeline.consumer.base import QueueConsumer
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.http.app import RouterSource
-from agentkernel.pipeline.process.collector import tune_for_server
+from agentkernel.pipeline.http.request_handler import RequestHandler
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.process.startup import check_backends, one_line_exit
-from agentkernel.pipeline.process.thread_runner import ThreadRunner
-from agentkernel.pipeline.request_handler import RequestHandler
-from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import create_response_store
+from agentkernel.pipeline.response_store.handler import ResponseHandler
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
+from agentkernel.pipeline.runtime import tracing
+from agentkernel.pipeline.runtime.collector import tune_for_server
+from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.base import QueueTransportFactory
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
+from agentkernel.pipeline.wire.envelope import QueueName
 
 logger = logging.getLogger(__name__)
 

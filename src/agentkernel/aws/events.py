@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from agentkernel.auth import qualified_identity
-from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 
 class BadEvent(ValueError):

@@ -29,8 +29,8 @@ from agentkernel.pipeline.consumer.handling import report_undecodable
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
 from agentkernel.pipeline.consumer.records import on_record, record_message
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
 _outage_log = RateLimitedLog(logger)

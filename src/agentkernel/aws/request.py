@@ -1,17 +1,17 @@
 """The serverless request handler: ``Lambda.handler`` behind API Gateway.
 
-An adapter over the chat front (:class:`~agentkernel.pipeline.front.ChatFront`), the same one
-the containerized API serves: routes, statuses, error codes and bodies are those of
-docs/http-api.md, read from HTTP API (payload 2.0) and REST API (1.0) proxy events. A
-``rest_sync`` POST waits for its reply until the function's remaining time or API Gateway's 29
-seconds would run out, then answers 504 with the ``request_id``. The caller's identity is the
-one API Gateway's authorizer established (see :func:`~agentkernel.aws.events.authorized_identity`),
-mapped through ``api.auth.aliases``, and a reply is shown to that identity only. WebSocket
-``$default``/``chat`` messages are enqueued with the connection as the reply address and
-answered ``CHAT_QUEUED``, echoing the client's ``request_id``. With
-``api.websocket.connections_table`` set, a message's identity is the one the connection
-handler stored at ``$connect``, and a connection whose record is gone (its credential expired,
-or its TTL ended) is answered ``SYSTEM_RESPONSE`` ``CREDENTIAL_EXPIRED`` and closed::
+An adapter over the chat front (:class:`~agentkernel.pipeline.front.chat_front.ChatFront`), the same
+one the containerized API serves: routes, statuses, error codes and bodies are those of
+docs/http-api.md, read from HTTP API (payload 2.0) and REST API (1.0) proxy events. A ``rest_sync``
+POST waits for its reply until the function's remaining time or API Gateway's 29 seconds would run
+out, then answers 504 with the ``request_id``. The caller's identity is the one API Gateway's
+authorizer established (see :func:`~agentkernel.aws.events.authorized_identity`), mapped through
+``api.auth.aliases``, and a reply is shown to that identity only. WebSocket ``$default``/``chat``
+messages are enqueued with the connection as the reply address and answered ``CHAT_QUEUED``, echoing
+the client's ``request_id``. With ``api.websocket.connections_table`` set, a message's identity is
+the one the connection handler stored at ``$connect``, and a connection whose record is gone (its
+credential expired, or its TTL ended) is answered ``SYSTEM_RESPONSE`` ``CREDENTIAL_EXPIRED`` and
+closed::
 
     from agentkernel.aws import Lambda
 
@@ -50,25 +50,31 @@ from agentkernel.aws.routes import (
     under_base,
 )
 from agentkernel.aws.settings import ecs_config
-from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.chat import (
+from agentkernel.core.config.root import AKConfig
+from agentkernel.pipeline.front.chat_front import (
+    CHAT_PATH,
+    Answer,
+    ChatCall,
+    ChatFront,
+    StreamAnswer,
+)
+from agentkernel.pipeline.front.turn_control import cancel_frame
+from agentkernel.pipeline.response_store import create_response_store
+from agentkernel.pipeline.session_store import create_session_store
+from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.wire.chat import (
     CancelFrame,
     FrameError,
     HTTPError,
     parse_frame,
     system_response,
 )
-from agentkernel.pipeline.envelope import (
+from agentkernel.pipeline.wire.envelope import (
     ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
     ATTR_ENDPOINT,
     ATTR_STREAM,
 )
-from agentkernel.pipeline.front import CHAT_PATH, Answer, ChatCall, ChatFront, StreamAnswer
-from agentkernel.pipeline.response_store import create_response_store
-from agentkernel.pipeline.session_store import create_session_store
-from agentkernel.pipeline.transport.base import QueueTransportFactory
-from agentkernel.pipeline.turn_control.api import cancel_frame
 
 if TYPE_CHECKING:  # boto3 is imported only where a connections table is used
     from agentkernel.aws.websocket import ConnectionStore

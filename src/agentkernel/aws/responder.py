@@ -28,10 +28,16 @@ from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
 from agentkernel.aws.settings import ecs_config
 from agentkernel.aws.websocket import ConnectionStore
 from agentkernel.core.botocore_errors import botocore_errors, client, error_code
-from agentkernel.core.config import AKConfig, QueuesConfig
+from agentkernel.core.config.root import AKConfig, QueuesConfig
 from agentkernel.core.errors import ResponseStoreError, StoreError, StoreUnavailableError
-from agentkernel.pipeline.chat import system_response
-from agentkernel.pipeline.envelope import (
+from agentkernel.pipeline.response_store import ResponseStore, create_response_store
+from agentkernel.pipeline.response_store.frames import chunk_frames, done_frame
+from agentkernel.pipeline.response_store.handler import ResponseHandler as StoreWriter
+from agentkernel.pipeline.response_store.handler import record_of
+from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
+from agentkernel.pipeline.wire.chat import system_response
+from agentkernel.pipeline.wire.envelope import (
     ATTR_CHUNK_INDEX,
     ATTR_CLIENT_REQUEST_ID,
     ATTR_CONNECTION_ID,
@@ -42,12 +48,6 @@ from agentkernel.pipeline.envelope import (
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.frames import chunk_frames, done_frame
-from agentkernel.pipeline.response_handler import ResponseHandler as StoreWriter
-from agentkernel.pipeline.response_handler import record_of
-from agentkernel.pipeline.response_store import ResponseStore, create_response_store
-from agentkernel.pipeline.transport.base import QueueTransportFactory
-from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 
 logger = logging.getLogger(__name__)
 

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from typing import Any
 
 from agentkernel.aws.events import HttpRequest, http_response
-from agentkernel.pipeline.chat import CHAT_PATH, HTTPError
-from agentkernel.pipeline.sessions import SESSIONS_PATH
+from agentkernel.pipeline.front.sessions import SESSIONS_PATH
+from agentkernel.pipeline.wire.chat import CHAT_PATH, HTTPError
 
 #: A custom route: ``fn(event, context)`` returning a document, ``(status, document)`` or a
 #: complete API Gateway response (a dict with ``statusCode`` and ``body``).

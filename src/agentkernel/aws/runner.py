@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
 from agentkernel.aws.settings import ecs_config
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.core.config import AKConfig
-from agentkernel.pipeline.agent_runner import AgentRunner
-from agentkernel.pipeline.envelope import QueueName
+from agentkernel.core.config.root import AKConfig
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
+from agentkernel.pipeline.wire.envelope import QueueName
 
 
 class ServerlessAgentRunner(LambdaSQSConsumer, AgentRunner):

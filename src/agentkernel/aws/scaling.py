@@ -17,7 +17,7 @@ import os
 from dataclasses import dataclass
 from typing import Any
 
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
 

@@ -5,7 +5,7 @@ Kept free of web-framework imports so a Lambda cold start does not pay for them.
 
 from __future__ import annotations
 
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 
 
 def ecs_config(config: AKConfig | None = None) -> AKConfig:

@@ -18,7 +18,7 @@ from typing import Any, ClassVar
 from agentkernel.auth import AuthValidator
 from agentkernel.aws.events import BadEvent, SocketMessage, http_response, parse_api_event
 from agentkernel.core.botocore_errors import botocore_errors, client
-from agentkernel.core.config import AKConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import ResponseStoreError
 
 logger = logging.getLogger(__name__)

@@ -12,20 +12,20 @@ from typing import TYPE_CHECKING
 from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.agent_runner import AgentRunner
     from agentkernel.pipeline.consumer.base import QueueConsumer
     from agentkernel.pipeline.consumer.loop import ConsumerLoop
-    from agentkernel.pipeline.envelope import QueueMessage, QueueName
+    from agentkernel.pipeline.http.request_handler import RequestHandler
     from agentkernel.pipeline.process.io_handler import IOHandler
-    from agentkernel.pipeline.process.thread_runner import ThreadRunner
-    from agentkernel.pipeline.request_handler import RequestHandler
-    from agentkernel.pipeline.response_handler import ResponseHandler
+    from agentkernel.pipeline.response_store.handler import ResponseHandler
+    from agentkernel.pipeline.runner.agent_runner import AgentRunner
+    from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
     from agentkernel.pipeline.transport.base import (
         QueueTransport,
         QueueTransportFactory,
         TransportConsumer,
     )
     from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+    from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 __all__ = [
     "AgentRunner",
@@ -44,18 +44,18 @@ __all__ = [
 ]
 
 _LAZY = {
-    "AgentRunner": "agentkernel.pipeline.agent_runner",
+    "AgentRunner": "agentkernel.pipeline.runner.agent_runner",
     "ConsumerLoop": "agentkernel.pipeline.consumer.loop",
     "IOHandler": "agentkernel.pipeline.process.io_handler",
     "InMemoryTransport": "agentkernel.pipeline.transport.in_memory",
     "QueueConsumer": "agentkernel.pipeline.consumer.base",
-    "QueueMessage": "agentkernel.pipeline.envelope",
-    "QueueName": "agentkernel.pipeline.envelope",
+    "QueueMessage": "agentkernel.pipeline.wire.envelope",
+    "QueueName": "agentkernel.pipeline.wire.envelope",
     "QueueTransport": "agentkernel.pipeline.transport.base",
     "QueueTransportFactory": "agentkernel.pipeline.transport.base",
-    "RequestHandler": "agentkernel.pipeline.request_handler",
-    "ResponseHandler": "agentkernel.pipeline.response_handler",
-    "ThreadRunner": "agentkernel.pipeline.process.thread_runner",
+    "RequestHandler": "agentkernel.pipeline.http.request_handler",
+    "ResponseHandler": "agentkernel.pipeline.response_store.handler",
+    "ThreadRunner": "agentkernel.pipeline.runtime.thread_runner",
     "TransportConsumer": "agentkernel.pipeline.transport.base",
 }
 

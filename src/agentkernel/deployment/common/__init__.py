@@ -7,11 +7,11 @@ from typing import TYPE_CHECKING
 from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.process.thread_runner import ThreadRunner
+    from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 
 __all__ = ["ThreadRunner"]
 
 __getattr__ = lazy_getattr(
     "agentkernel.deployment.common",
-    {"ThreadRunner": "agentkernel.pipeline.process.thread_runner"},
+    {"ThreadRunner": "agentkernel.pipeline.runtime.thread_runner"},
 )

@@ -1,8 +1,8 @@
-"""Upstream's path of :class:`~agentkernel.pipeline.process.thread_runner.ThreadRunner`.
+"""Upstream's path of :class:`~agentkernel.pipeline.runtime.thread_runner.ThreadRunner`.
 
 The same class, so ``ThreadRunner.shutdown_event`` is one event whichever path imported it.
 """
 
-from agentkernel.pipeline.process.thread_runner import ThreadRunner
+from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 
 __all__ = ["ThreadRunner"]

@@ -9,7 +9,7 @@ from abc import ABC, abstractmethod
 from collections.abc import Awaitable, Callable
 from typing import Any
 
-from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 Handler = Callable[[QueueMessage], Any] | Callable[[QueueMessage], Awaitable[Any]]
 
@@ -88,7 +88,7 @@ class QueueConsumer(ABC):
             ValueError: ``num_consumers`` or ``max_receive_count`` is below 1.
         """
         from agentkernel.pipeline.consumer.records import record_loop
-        from agentkernel.pipeline.process.thread_runner import ThreadRunner
+        from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 
         cls.check_settings()
         loop = record_loop(cls)

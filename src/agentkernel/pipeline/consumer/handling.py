@@ -32,23 +32,23 @@ from agentkernel.core import logs
 from agentkernel.core.blocking import call
 from agentkernel.core.errors import RetryableError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline import tracing
 from agentkernel.pipeline.consumer.base import Handler, as_async, is_async_callable
 from agentkernel.pipeline.consumer.isolation import Isolation, is_suspect
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
-from agentkernel.pipeline.consumer.redelivery import (
+from agentkernel.pipeline.runtime import tracing
+from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.redelivery import (
     MAX_RETRY_BACKOFF_SECONDS,
     RETRY_BACKOFF_SECONDS,
     Redelivery,
 )
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, ATTR_TRACEPARENT, QueueMessage
-from agentkernel.pipeline.process.metrics import METRICS
-from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, ATTR_TRACEPARENT, QueueMessage
 
 logger = logging.getLogger(__name__)
 
-#: The span of a turn on each side of the queue (:mod:`agentkernel.pipeline.tracing`).
+#: The span of a turn on each side of the queue (:mod:`agentkernel.pipeline.runtime.tracing`).
 SPAN_NAMES = {"input": "run", "output": "deliver"}
 
 

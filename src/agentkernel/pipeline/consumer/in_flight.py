@@ -8,8 +8,8 @@ import threading
 from collections.abc import Callable
 from concurrent.futures import Future
 
-from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.process.event_loop import resolve_soon
+from agentkernel.pipeline.runtime.event_loop import resolve_soon
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 #: The handling of one message: a task of the tracker's loop, or a thread-safe future of one.
 Handling = asyncio.Future[None] | Future[None]

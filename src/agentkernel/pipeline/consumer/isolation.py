@@ -22,7 +22,7 @@ from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING
 
 from agentkernel.core.blocking import call
-from agentkernel.pipeline.envelope import QueueMessage
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.session_store import SessionRecord, SessionStore

@@ -17,8 +17,8 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 logger = logging.getLogger(__name__)
 

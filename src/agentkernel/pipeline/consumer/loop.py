@@ -37,11 +37,11 @@ from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.base import Handler
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.in_flight import Slots, Tracker
-from agentkernel.pipeline.consumer.redelivery import STOP_CHECK_SECONDS
-from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.process.event_loop import LoopThread
-from agentkernel.pipeline.process.thread_runner import ThreadRunner, close_in_order
+from agentkernel.pipeline.runtime.event_loop import LoopThread
+from agentkernel.pipeline.runtime.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.redelivery import STOP_CHECK_SECONDS
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 logger = logging.getLogger(__name__)
 

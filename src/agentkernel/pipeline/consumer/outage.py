@@ -19,8 +19,8 @@ from collections.abc import Awaitable, Callable
 
 from agentkernel.core.errors import StoreUnavailableError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer.redelivery import backoff, pause
-from agentkernel.pipeline.envelope import ATTR_REQUEST_ID, QueueMessage
+from agentkernel.pipeline.transport.redelivery import backoff, pause
+from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage
 
 #: Delay before a message is tried again during a store outage, in seconds; doubles per try.
 OUTAGE_RETRY_SECONDS = 0.5

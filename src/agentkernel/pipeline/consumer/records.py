@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, cast
 
 from agentkernel.pipeline.consumer.base import is_async_callable
-from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 if TYPE_CHECKING:
     import threading

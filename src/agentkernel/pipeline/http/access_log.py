@@ -20,9 +20,9 @@ from typing import Any
 from urllib.parse import parse_qs, unquote, urlsplit
 
 from agentkernel.core.redact import MASK, printable, redact_queries, redact_query
-from agentkernel.pipeline.chat import CHAT_PATH
+from agentkernel.pipeline.front.sessions import SESSIONS_PATH
 from agentkernel.pipeline.http.subprotocols import AUTH_PREFIX
-from agentkernel.pipeline.sessions import SESSIONS_PATH
+from agentkernel.pipeline.wire.chat import CHAT_PATH
 
 logger = logging.getLogger("agentkernel.access")
 

@@ -2,7 +2,7 @@
 
 Chat routes are in :mod:`.rest`, the socket in :mod:`.websocket`; the service routes (agents,
 health, readiness, metrics) are the few lines below. Each asks the
-:class:`~agentkernel.pipeline.front.ChatFront` and translates its answer.
+:class:`~agentkernel.pipeline.front.chat_front.ChatFront` and translates its answer.
 """
 
 from __future__ import annotations
@@ -17,7 +17,8 @@ from starlette.types import ASGIApp, Receive, Scope, Send
 
 from agentkernel.auth import AuthValidator
 from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.front import CHAT_PATH, ChatFront
+from agentkernel.pipeline.front.chat_front import CHAT_PATH, ChatFront
+from agentkernel.pipeline.front.sessions import SESSIONS_PATH
 from agentkernel.pipeline.http import openapi, playground
 from agentkernel.pipeline.http.access_log import AccessLogMiddleware, protect_server_logs
 from agentkernel.pipeline.http.auth import IDENTITY, OPEN_PATHS, Authenticator, AuthMiddleware
@@ -26,8 +27,7 @@ from agentkernel.pipeline.http.public_routes import public_paths
 from agentkernel.pipeline.http.rest import ChatRoutes, SessionRoutes, json_response
 from agentkernel.pipeline.http.socket_gate import SocketGate
 from agentkernel.pipeline.http.websocket import ChatSocket
-from agentkernel.pipeline.process.metrics import METRICS
-from agentkernel.pipeline.sessions import SESSIONS_PATH
+from agentkernel.pipeline.runtime.metrics import METRICS
 
 __all__ = ["AgentAPI", "RouterSource", "build_app", "routers_of"]
 

@@ -12,8 +12,8 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from agentkernel.pipeline.chat import HTTPError
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.wire.chat import HTTPError
 
 __all__ = ["error_response", "install_error_handlers"]
 

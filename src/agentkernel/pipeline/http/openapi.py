@@ -14,7 +14,7 @@ from typing import Any, Literal
 from fastapi import FastAPI
 from pydantic import BaseModel, ConfigDict, Field
 
-from agentkernel.pipeline.chat import ChatRequest
+from agentkernel.pipeline.wire.chat import ChatRequest
 
 
 class ChatReply(BaseModel):

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from agentkernel.core.config_limits import PublicRoute
+from agentkernel.core.config.limits import PublicRoute
 
 __all__ = ["PATHS", "public_paths"]
 

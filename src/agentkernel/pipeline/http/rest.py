@@ -7,7 +7,8 @@ ends (upstream's ``GET /api/v1/chat?request_id=&session_id=`` is the same read),
 ``.../stream`` resumes a streamed one, and ``POST .../cancel?request_id=`` cancels a queued or
 running turn. ``/api/v1/sessions`` lists the caller's sessions, and
 ``/api/v1/sessions/{session_id}`` shows (``GET``) or erases (``DELETE``) one. What each answers
-is decided by :class:`~agentkernel.pipeline.front.ChatFront`; this module only translates.
+is decided by :class:`~agentkernel.pipeline.front.chat_front.ChatFront`; this module only
+translates.
 """
 
 from __future__ import annotations
@@ -18,12 +19,12 @@ from fastapi import Request
 from fastapi.responses import JSONResponse, Response
 from starlette.types import Receive, Scope, Send
 
-from agentkernel.pipeline.chat import HTTPError
-from agentkernel.pipeline.front import Answer, ChatCall, ChatFront, StreamAnswer
+from agentkernel.pipeline.front.chat_front import Answer, ChatCall, ChatFront, StreamAnswer
 from agentkernel.pipeline.http import sse
 from agentkernel.pipeline.http.auth import IDENTITY
 from agentkernel.pipeline.http.errors import error_response
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.wire.chat import HTTPError
 
 
 class ChatRoutes:

@@ -19,9 +19,9 @@ from collections.abc import AsyncIterator
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
 
-from agentkernel.core.config import LimitsConfig
+from agentkernel.core.config.root import LimitsConfig
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.runtime.metrics import METRICS
 
 __all__ = ["SocketGate"]
 

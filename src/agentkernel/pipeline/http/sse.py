@@ -1,7 +1,8 @@
 """Server-Sent Events: a streamed turn as ``text/event-stream``.
 
 Every event has an ``id:`` line (the chunk index; the ``done`` event's id is one past the last
-chunk) and one ``data:`` line holding a JSON frame (see :mod:`agentkernel.pipeline.frames`).
+chunk) and one ``data:`` line holding a JSON frame (see
+:mod:`agentkernel.pipeline.response_store.frames`).
 Comment lines keep an idle connection open through proxies. A client that disconnects only ends
 its own stream: the turn completes and its reply stays readable; ``Last-Event-ID`` resumes.
 """

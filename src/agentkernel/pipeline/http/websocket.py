@@ -28,7 +28,11 @@ from typing import Any
 from fastapi import WebSocket, WebSocketDisconnect
 from starlette.types import Message
 
-from agentkernel.pipeline.chat import (
+from agentkernel.pipeline.front.chat_front import ChatFront, StreamAnswer
+from agentkernel.pipeline.front.turn_control import cancel_frame
+from agentkernel.pipeline.http.auth import EXPIRES_AT, IDENTITY
+from agentkernel.pipeline.http.subprotocols import selected
+from agentkernel.pipeline.wire.chat import (
     CancelFrame,
     ChatRequest,
     FrameError,
@@ -37,10 +41,6 @@ from agentkernel.pipeline.chat import (
     parse_frame,
     system_response,
 )
-from agentkernel.pipeline.front import ChatFront, StreamAnswer
-from agentkernel.pipeline.http.auth import EXPIRES_AT, IDENTITY
-from agentkernel.pipeline.http.subprotocols import selected
-from agentkernel.pipeline.turn_control.api import cancel_frame
 
 logger = logging.getLogger(__name__)
 

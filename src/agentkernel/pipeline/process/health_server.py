@@ -25,9 +25,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.process.metrics import METRICS
-from agentkernel.pipeline.process.thread_runner import ThreadRunner
-from agentkernel.pipeline.readiness import readiness
+from agentkernel.pipeline.front.readiness import readiness
+from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 
 __all__ = ["HealthServer"]
 

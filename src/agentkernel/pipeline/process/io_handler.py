@@ -37,19 +37,14 @@ import uvicorn
 
 from agentkernel.auth import AuthValidator
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.core.config import AKConfig
-from agentkernel.pipeline import tracing
-from agentkernel.pipeline.agent_runner import AgentRunner
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.http.app import RouterSource
 from agentkernel.pipeline.http.listener import accept_new_connections
+from agentkernel.pipeline.http.request_handler import RequestHandler
 from agentkernel.pipeline.http.server_limits import server_options
-from agentkernel.pipeline.process.collector import tune_for_server
-from agentkernel.pipeline.process.event_loop import StallWatchdog
-from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.process.shutdown import (
     HTTP_DRAIN_SECONDS as HTTP_DRAIN_SECONDS,
 )
@@ -62,17 +57,22 @@ from agentkernel.pipeline.process.shutdown import (
     shutdown_budget,
 )
 from agentkernel.pipeline.process.startup import check_backends
-from agentkernel.pipeline.process.thread_runner import ThreadRunner
-from agentkernel.pipeline.request_handler import RequestHandler
-from agentkernel.pipeline.response_handler import ResponseHandler
 from agentkernel.pipeline.response_store import (
     ResponseStore,
     create_response_store,
 )
+from agentkernel.pipeline.response_store.handler import ResponseHandler
+from agentkernel.pipeline.runner.agent_runner import AgentRunner
+from agentkernel.pipeline.runtime import tracing
+from agentkernel.pipeline.runtime.collector import tune_for_server
+from agentkernel.pipeline.runtime.event_loop import StallWatchdog
+from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.session_store import create_session_store
 from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
+from agentkernel.pipeline.wire.envelope import QueueName
 
 logger = logging.getLogger(__name__)
 
@@ -235,7 +235,7 @@ class IOHandler:
         Args:
             exit_on_shutdown: exit the process once the shutdown order has run; the process is
                 then this server's, and its garbage collector is tuned for serving
-                (:mod:`agentkernel.pipeline.process.collector`).
+                (:mod:`agentkernel.pipeline.runtime.collector`).
             sockets: listen on these already bound sockets instead of ``api.host:api.port``
                 (``serve --reload``, whose parent process binds the port once).
         """

@@ -16,9 +16,9 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from agentkernel.core.errors import AKConfigError, StoreError, TransportError
-from agentkernel.pipeline.envelope import QueueName
-from agentkernel.pipeline.readiness import CheckedStore
+from agentkernel.pipeline.front.readiness import CheckedStore
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.wire.envelope import QueueName
 
 __all__ = ["check_backends", "one_line_exit"]
 

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentkernel.core.errors import ResponseStoreError
 from agentkernel.pipeline.quota import InMemoryQuotaLedger, QuotaLedger
-from agentkernel.pipeline.scoping import session_key
+from agentkernel.pipeline.wire.scoping import session_key
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.response_store.watch import ReplyWatch
@@ -112,7 +112,8 @@ class TurnTicket:
     Attributes:
         request_id: the turn's id (the key).
         session_id: the session the turn belongs to.
-        fingerprint: digest of the turn's content (:func:`agentkernel.pipeline.chat.fingerprint`);
+        fingerprint: digest of the turn's content
+            (:func:`agentkernel.pipeline.wire.chat.fingerprint`);
             empty for a turn whose id was drawn at random, which no retry can name.
         owner: identity that sent the turn, when authentication is on.
     """

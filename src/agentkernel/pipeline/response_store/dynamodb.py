@@ -43,7 +43,7 @@ from agentkernel.core.botocore_errors import (
     error_code,
     table_check,
 )
-from agentkernel.core.config import DynamoDBStoreConfig
+from agentkernel.core.config.root import DynamoDBStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import (
@@ -53,7 +53,7 @@ from agentkernel.pipeline.response_store.base import (
     index_period,
     index_periods,
 )
-from agentkernel.pipeline.scoping import session_key
+from agentkernel.pipeline.wire.scoping import session_key
 
 TTL_ATTRIBUTE = "expiry_time"
 _CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"

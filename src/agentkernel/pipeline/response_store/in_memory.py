@@ -11,7 +11,7 @@ from typing import Any
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 from agentkernel.pipeline.response_store.watch import PushedWatch
-from agentkernel.pipeline.scoping import session_key
+from agentkernel.pipeline.wire.scoping import session_key
 
 # Expiry-heap key prefixes of chunk lists, tickets and session indexes (ids are printable).
 _CHUNKS = "\x00chunks:"

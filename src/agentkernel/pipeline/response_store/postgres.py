@@ -5,7 +5,7 @@ record per request id), ``tickets`` (the ticket of each accepted turn, first one
 ``chunks`` (one row per chunk of a streamed reply), ``meta`` (the epoch and the deployment's
 secret), and the quota tables (:mod:`agentkernel.pipeline.quota.postgres`). Every row carries
 ``expires_at``; reads ignore expired rows and a sweeper thread deletes them. Tickets and replies
-also carry their ``session_key`` (:func:`~agentkernel.pipeline.scoping.session_key`, from
+also carry their ``session_key`` (:func:`~agentkernel.pipeline.wire.scoping.session_key`, from
 migration 3 on), the per-session index an erase (:meth:`ResponseStore.forget_session`) follows.
 
 Writing a reply or a chunk also sends ``NOTIFY`` on the channel ``ak:<db_schema>:replies``
@@ -34,14 +34,14 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from agentkernel.core.config_backends import PostgresStoreConfig
+from agentkernel.core.config.backends import PostgresStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.postgres.backing import EPOCH, Backing
 from agentkernel.pipeline.postgres.client import conninfo
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
-from agentkernel.pipeline.scoping import session_key
+from agentkernel.pipeline.wire.scoping import session_key
 
 logger = logging.getLogger(__name__)
 

@@ -59,7 +59,7 @@ from agentkernel.pipeline.response_store.base import (
 )
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 from agentkernel.pipeline.response_store.watch import PushedWatch, announced_record
-from agentkernel.pipeline.scoping import session_key
+from agentkernel.pipeline.wire.scoping import session_key
 
 logger = logging.getLogger(__name__)
 

@@ -9,7 +9,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
 
-from agentkernel.pipeline.process.event_loop import resolve_soon
+from agentkernel.pipeline.runtime.event_loop import resolve_soon
 
 
 class WaiterRegistry:

@@ -3,7 +3,7 @@
 Before scoping, a session lived under the id its client chose (``s1``) and its record named the
 owner by the bare user id of the credential (``alice``, from an API key, a JWT ``sub`` or an API
 Gateway authorizer alike). Now the same client's session lives under ``<digest>/s1``
-(:func:`~agentkernel.pipeline.scoping.session_key`) and its owner is a qualified identity
+(:func:`~agentkernel.pipeline.wire.scoping.session_key`) and its owner is a qualified identity
 (``key:alice``, ``jwt:<issuer>:alice``; :func:`~agentkernel.auth.qualified_identity`), so after
 an upgrade every session would start afresh.
 

@@ -2,7 +2,7 @@
 
 A session is kept as one :class:`SessionRecord`: the agent's JSON state, a version that every
 commit raises by one, the request ids of the latest committed turns and the reply of the last
-one, and the broker position (:class:`~agentkernel.pipeline.position.Position`) of the latest
+one, and the broker position (:class:`~agentkernel.pipeline.wire.position.Position`) of the latest
 applied turn. A turn reads the record, runs, and commits its new state together with its reply
 in one conditional write (:meth:`SessionStore.commit`). The write only succeeds if the version
 is still the one the turn read, so an older or concurrent attempt of the same session loses
@@ -25,7 +25,6 @@ from typing import Any, ClassVar
 import pydantic_core
 
 from agentkernel.core.errors import SessionStateError, SessionStoreError, StaleSessionError
-from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.session_store.index import (
     LOGGED_TURNS,
     SessionEntry,
@@ -38,6 +37,7 @@ from agentkernel.pipeline.turn_control.signals import (
     TurnSignals,
     close_quietly,
 )
+from agentkernel.pipeline.wire.position import Position
 
 #: How many committed request ids a record remembers. The applied position recognises older
 #: replays; the ids cover deliveries without a comparable position (another ordering unit, a

@@ -4,7 +4,7 @@ the per-session log of recent turns.
 Every write of a session record (:meth:`SessionStore.write`, the one path every turn's commit
 takes on every topology) also refreshes the record's entry in the index of its identity, its
 *scope*: the digest part of a scoped key (``<digest>/<session_id>``,
-:func:`~agentkernel.pipeline.scoping.session_key`), or :data:`ANONYMOUS` for a session without
+:func:`~agentkernel.pipeline.wire.scoping.session_key`), or :data:`ANONYMOUS` for a session without
 an identity. An entry's time is the write's, in milliseconds since the epoch; since a record
 lives ``ttl`` seconds after its last write, an entry older than that is an expired session and is
 never listed. The log of turns (:class:`TurnEntry`) travels inside the record itself, so it is

@@ -28,7 +28,6 @@ from agentkernel.core.errors import (
 from agentkernel.core.redis_client import require_one_slot
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
-from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore, TurnOutcome
 from agentkernel.pipeline.session_store.index import (
     SessionEntry,
@@ -39,6 +38,7 @@ from agentkernel.pipeline.session_store.index import (
 )
 from agentkernel.pipeline.turn_control.signals import TurnSignals
 from agentkernel.pipeline.turn_control.signals_redis import RedisTurnSignals, open_key, turn_key
+from agentkernel.pipeline.wire.position import Position
 
 _errors = functools.partial(
     redis_errors,

@@ -44,7 +44,7 @@ class SessionStoreContract:
 
     @staticmethod
     def scope() -> str:
-        """A fresh identity digest (hex, as :func:`~agentkernel.pipeline.scoping.session_key`)."""
+        """A fresh identity digest (hex, as :func:`~.wire.scoping.session_key`)."""
         return uuid.uuid4().hex
 
     def commit_in(self, store: SessionStore, key: str, owner: str | None = None) -> SessionRecord:

@@ -11,10 +11,10 @@ from typing import ClassVar
 import pytest
 
 from agentkernel.core.errors import TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.testing.capabilities import Capabilities, implements
 from agentkernel.pipeline.testing.watch import GroupLockWatch
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class QueueTransportContract(Capabilities):

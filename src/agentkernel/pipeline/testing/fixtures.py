@@ -9,8 +9,8 @@ from typing import ClassVar
 
 import pytest
 
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class ContractFixtures:

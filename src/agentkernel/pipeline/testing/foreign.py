@@ -17,10 +17,10 @@ from typing import ClassVar
 import pytest
 
 from agentkernel.pipeline.consumer.handling import MessageHandling
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.process.metrics import METRICS
+from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.testing.fixtures import ContractFixtures
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class UndecodableCases(ContractFixtures):

@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 from pydantic import BaseModel, ValidationError
 
 from agentkernel.core.blocking import call
-from agentkernel.core.config import AKConfig, QueuesConfig, describe_block
+from agentkernel.core.config.root import AKConfig, QueuesConfig, describe_block
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.process.event_loop import LoopThread
+from agentkernel.pipeline.runtime.event_loop import LoopThread
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
 

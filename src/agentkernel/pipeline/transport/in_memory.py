@@ -25,13 +25,13 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from agentkernel.core.config import InMemoryQueueConfig, QueuesConfig
+from agentkernel.core.config.root import InMemoryQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.position import Position
-from agentkernel.pipeline.process.event_loop import resolve_soon
+from agentkernel.pipeline.runtime.event_loop import resolve_soon
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 from agentkernel.pipeline.transport.in_memory_queue import Entry, Handle, Lease, MemoryQueue
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.wire.position import Position
 
 Clock = Callable[[], float]
 logger = logging.getLogger(__name__)

@@ -12,8 +12,8 @@ import threading
 from collections import deque
 from dataclasses import dataclass, field
 
-from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.process.event_loop import resolve_soon
+from agentkernel.pipeline.runtime.event_loop import resolve_soon
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 
 @dataclass

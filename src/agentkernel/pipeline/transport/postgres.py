@@ -37,15 +37,15 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from agentkernel.core.config import QueuesConfig
-from agentkernel.core.config_backends import PostgresQueueConfig
+from agentkernel.core.config.backends import PostgresQueueConfig
+from agentkernel.core.config.root import QueuesConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.postgres import queue_sql as q
 from agentkernel.pipeline.postgres.client import conninfo, open_pool, pg_errors, pooled
 from agentkernel.pipeline.postgres.schema import establish, query_in
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer, require_block
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.wire.position import Position
 
 logger = logging.getLogger(__name__)
 

@@ -29,7 +29,7 @@ import boto3
 from botocore.config import Config
 
 from agentkernel.core.botocore_errors import botocore_errors, error_code
-from agentkernel.core.config import QueuesConfig, SQSQueueConfig
+from agentkernel.core.config.root import QueuesConfig, SQSQueueConfig
 from agentkernel.core.errors import (
     AKConfigError,
     MessageRejectedError,
@@ -37,12 +37,12 @@ from agentkernel.core.errors import (
     TransportError,
 )
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import (
     QueueTransport,
     TransportConsumer,
     require_queue_urls,
 )
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
 

@@ -9,8 +9,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from agentkernel.pipeline.replies import error_doc
 from agentkernel.pipeline.turn_control.signals import Stop, StopKind
+from agentkernel.pipeline.wire.replies import error_doc
 
 __all__ = ["CANCELLED", "STOPPED_CODES", "STOPPED_STATUS", "SUPERSEDED", "stopped_doc"]
 

@@ -91,7 +91,7 @@ class TurnSignals(ABC):
     """Open turns per session and stop requests per turn. Calls are blocking and thread-safe.
 
     ``key`` is always the session's store key (its id scoped by its owner,
-    :func:`~agentkernel.pipeline.scoping.session_key`), the same as the turn's message group.
+    :func:`~agentkernel.pipeline.wire.scoping.session_key`), the same as the turn's message group.
 
     Args:
         ttl: seconds a stop request is kept (a stopped turn still queued past it would run).

@@ -17,10 +17,10 @@ stopped turns end (``CANCELLED``, ``SUPERSEDED``) before it runs.
 
 from __future__ import annotations
 
-from agentkernel.core.config_turns import MultitaskStrategy
+from agentkernel.core.config.turns import MultitaskStrategy
 from agentkernel.core.errors import StoreError
-from agentkernel.pipeline.chat import HTTPError
 from agentkernel.pipeline.turn_control.signals import Stop, StopKind, TurnSignals
+from agentkernel.pipeline.wire.chat import HTTPError
 
 __all__ = ["MultitaskStrategy", "TurnOpening", "open_turn"]
 

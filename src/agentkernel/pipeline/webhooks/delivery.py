@@ -28,10 +28,10 @@ import threading
 import time
 from dataclasses import dataclass, field
 
-from agentkernel.core.config_webhooks import WebhooksConfig
+from agentkernel.core.config.webhooks import WebhooksConfig
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.process.metrics import METRICS
 from agentkernel.pipeline.response_store import ResponseRecord
+from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.webhooks.sender import Answer, Timeouts, post
 from agentkernel.pipeline.webhooks.signing import (
     ATTEMPT_HEADER,

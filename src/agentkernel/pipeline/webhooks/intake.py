@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from agentkernel.core.config_webhooks import WebhooksConfig
-from agentkernel.pipeline.chat import ChatRequest, HTTPError
+from agentkernel.core.config.webhooks import WebhooksConfig
 from agentkernel.pipeline.webhooks.urls import WebhookRefused, check_url
+from agentkernel.pipeline.wire.chat import ChatRequest, HTTPError
 
 
 class WebhookCheck:

@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
 
-from agentkernel.core.config_webhooks import WebhooksConfig
+from agentkernel.core.config.webhooks import WebhooksConfig
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 

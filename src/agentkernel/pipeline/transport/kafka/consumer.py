@@ -14,7 +14,6 @@ from typing import TYPE_CHECKING, Any
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from agentkernel.core.errors import TransportClosedError, TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.kafka.errors import kafka_errors
 from agentkernel.pipeline.transport.kafka.identity import unit_of
@@ -25,6 +24,7 @@ from agentkernel.pipeline.transport.kafka.partitions import (
     message_of,
     order_key,
 )
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.kafka.transport import KafkaTransport

@@ -10,9 +10,9 @@ from collections import deque
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.position import Position
 from agentkernel.pipeline.transport.bookkeeping import BookkeepingStore
+from agentkernel.pipeline.wire.envelope import QueueMessage
+from agentkernel.pipeline.wire.position import Position
 
 logger = logging.getLogger(__name__)
 

@@ -15,10 +15,9 @@ from typing import Any
 from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
-from agentkernel.core.config import KafkaQueueConfig, QueuesConfig
-from agentkernel.core.config_kafka import require_shared
+from agentkernel.core.config.kafka import require_shared
+from agentkernel.core.config.root import KafkaQueueConfig, QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.bookkeeping import (
     BookkeepingStore,
@@ -33,6 +32,7 @@ from agentkernel.pipeline.transport.kafka.identity import (
     topic_ids,
 )
 from agentkernel.pipeline.transport.kafka.partitions import ATTR_PREFIX, DEDUP_HEADER
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
 

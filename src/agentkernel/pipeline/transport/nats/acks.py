@@ -9,9 +9,9 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from agentkernel.core.config import NatsQueueConfig
-from agentkernel.pipeline.consumer.redelivery import backoff
+from agentkernel.core.config.root import NatsQueueConfig
 from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
+from agentkernel.pipeline.transport.redelivery import backoff
 
 logger = logging.getLogger(__name__)
 

@@ -17,8 +17,7 @@ from typing import TYPE_CHECKING, Any
 from nats.js.errors import NotFoundError
 
 from agentkernel.core.errors import TransportClosedError, TransportError
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.process.event_loop import LoopThread
+from agentkernel.pipeline.runtime.event_loop import LoopThread
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import Book, Entry, session_key
 from agentkernel.pipeline.transport.nats.changes import Changes
@@ -38,6 +37,7 @@ from agentkernel.pipeline.transport.nats.pull import (
 )
 from agentkernel.pipeline.transport.nats.settle import Settling
 from agentkernel.pipeline.transport.nats.takeover import take_over
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.nats import NatsTransport

@@ -11,8 +11,8 @@ import binascii
 import json
 from typing import Any
 
-from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.position import Position
+from agentkernel.pipeline.wire.envelope import QueueMessage
+from agentkernel.pipeline.wire.position import Position
 
 ENVELOPE_HEADER = "Ak-Envelope"
 

@@ -27,8 +27,8 @@ from nats.js.errors import NotFoundError
 
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline.envelope import QueueName
 from agentkernel.pipeline.transport.nats.owners import lease_seconds, owners_stream
+from agentkernel.pipeline.wire.envelope import QueueName
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.nats.transport import NatsTransport

@@ -18,14 +18,14 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from agentkernel.core.config import NatsQueueConfig
+from agentkernel.core.config.root import NatsQueueConfig
 from agentkernel.core.errors import TransportError
-from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import REMOTE, Book, Entry
 from agentkernel.pipeline.transport.nats.changes import Changes
 from agentkernel.pipeline.transport.nats.pull import partition_of_reply
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 logger = logging.getLogger(__name__)
 

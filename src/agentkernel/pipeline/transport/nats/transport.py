@@ -34,17 +34,17 @@ from typing import Any, ClassVar
 
 import nats
 
-from agentkernel.core.config import NatsQueueConfig, QueuesConfig
+from agentkernel.core.config.root import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import MessageRejectedError, TransportError
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
-from agentkernel.pipeline.process.event_loop import LoopThread
+from agentkernel.pipeline.runtime.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
 from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS, nats_errors
 from agentkernel.pipeline.transport.nats.provision import UNLIMITED, Provisioner
 from agentkernel.pipeline.transport.nats.watch import Watch
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
 
@@ -310,7 +310,7 @@ class NatsTransport(QueueTransport):
         time keeps those positions apart from the old ones. Read once, and again at every check
         of the watch (a stream another process declared again). Until then, the store time each
         position carries tells the new stream's messages from the old one's
-        (:class:`~agentkernel.pipeline.position.Position`).
+        (:class:`~agentkernel.pipeline.wire.position.Position`).
         """
         unit = self._units.get(queue)
         if unit is None:

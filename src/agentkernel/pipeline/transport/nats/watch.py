@@ -17,7 +17,7 @@ import threading
 from collections.abc import Callable
 
 from agentkernel.core.errors import AgentKernelError
-from agentkernel.pipeline.envelope import QueueName
+from agentkernel.pipeline.wire.envelope import QueueName
 
 logger = logging.getLogger(__name__)
 

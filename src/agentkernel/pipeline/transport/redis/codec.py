@@ -12,8 +12,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
-from agentkernel.pipeline.envelope import QueueMessage
-from agentkernel.pipeline.position import Position
+from agentkernel.pipeline.wire.envelope import QueueMessage
+from agentkernel.pipeline.wire.position import Position
 
 
 @dataclass(frozen=True, slots=True)

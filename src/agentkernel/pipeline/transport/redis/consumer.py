@@ -23,11 +23,11 @@ import redis
 
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.core.redis_client import node_for
-from agentkernel.pipeline.envelope import QueueMessage
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.redis.acks import PipelinedAcks
 from agentkernel.pipeline.transport.redis.codec import Handle, decoded
 from agentkernel.pipeline.transport.redis.errors import stream_errors
+from agentkernel.pipeline.wire.envelope import QueueMessage
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.redis.keys import QueueKeys

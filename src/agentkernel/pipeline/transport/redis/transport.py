@@ -14,16 +14,16 @@ from typing import Any
 
 import redis
 
-from agentkernel.core.config import QueuesConfig, RedisQueueConfig
+from agentkernel.core.config.root import QueuesConfig, RedisQueueConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.core.redis_client import node_for, redis_client
-from agentkernel.pipeline.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.redis import scripts
 from agentkernel.pipeline.transport.redis.codec import encode_attributes
 from agentkernel.pipeline.transport.redis.consumer import RedisStreamsConsumer
 from agentkernel.pipeline.transport.redis.errors import stream_errors
 from agentkernel.pipeline.transport.redis.keys import QueueKeys
+from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
 

@@ -1,0 +1,1 @@
+"""The Agent Runner: INPUT message -> agent -> session commit -> OUTPUT reply."""
