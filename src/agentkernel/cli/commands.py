@@ -98,7 +98,8 @@ def _serve(
     if getattr(args, "reload", False):
         from agentkernel.cli.reload import serve_reloading
 
-        serve_reloading(sys.argv[1:] if args.argv is None else args.argv, config, args.agents)
+        argv = sys.argv[1:] if args.argv is None else args.argv
+        serve_reloading(argv, config, args.agents, reloaded_child)
         return
     if with_runner:
         load_agents(args.agents)

@@ -12,6 +12,8 @@ configuration and the agents, and serves on the parent's socket. A child that fa
 from __future__ import annotations
 
 import functools
+import socket
+from collections.abc import Callable
 from pathlib import Path
 
 import uvicorn
@@ -23,16 +25,20 @@ from agentkernel.core.loading import importable, is_agents_file
 __all__ = ["serve_reloading"]
 
 
-def serve_reloading(argv: list[str], config: AKConfig, agents: str) -> None:
+def serve_reloading(
+    argv: list[str],
+    config: AKConfig,
+    agents: str,
+    child: Callable[[list[str], list[socket.socket]], None],
+) -> None:
     """Watch for changes and run the server in a child process, restarted on each one.
 
     Args:
         argv: the ``agentkernel`` command line (``--reload`` is dropped for the child).
         config: the configuration, for where to listen.
         agents: the agents file or module, whose folder is watched too.
+        child: what the child process runs, with the command line and the bound sockets.
     """
-    from agentkernel.cli.commands import reloaded_child
-
     folders = [Path.cwd()]
     if is_agents_file(agents):
         folders.append(Path(agents).resolve().parent)
@@ -49,5 +55,5 @@ def serve_reloading(argv: list[str], config: AKConfig, agents: str) -> None:
         log_config=None,
     )
     sockets = [settings.bind_socket()]
-    target = functools.partial(reloaded_child, child_argv)
+    target = functools.partial(child, child_argv)
     ChangeReload(settings, target=target, sockets=sockets).run()
