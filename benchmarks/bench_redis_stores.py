@@ -14,10 +14,10 @@ import sys
 import time
 import uuid
 
-from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.session_store.base import TurnOutcome
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from agentkernel.core.config.root import AKConfig, AKConfigError, QueuesConfig
-from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 

@@ -19,7 +19,6 @@ import pytest
 from agentkernel import Agent, RetryableError, Turn
 from agentkernel.core.config.root import QueuesConfig
 from agentkernel.core.errors import TransportError
-from agentkernel.pipeline.response_store.base import ResponseRecord
 from agentkernel.pipeline.response_store.frames import chunk_frames, read_frames
 from agentkernel.pipeline.response_store.handler import ResponseHandler
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
@@ -31,6 +30,7 @@ from agentkernel.pipeline.wire.envelope import (
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 SEND_SECONDS = 0.005
 

@@ -12,10 +12,10 @@ import pytest
 from agentkernel.client import ChatClient, ChatError
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.process.io_handler import IOHandler
-from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 from .conftest import ATTEMPTS, Server, make_config, poll, registry
 

@@ -26,10 +26,10 @@ from agentkernel import Agent, AgentRegistry
 from agentkernel.aws.request import Lambda
 from agentkernel.core.config.root import AKConfig, AuthConfig
 from agentkernel.pipeline.http.request_handler import RequestHandler
-from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from agentkernel.pipeline.wire.chat import request_id_for
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 
 KEYS = {"alice": "alice-key-0123456789", "bob": "bob-key-0123456789"}
 FRESH_ID = re.compile(r"\b[0-9a-f]{32}\b")

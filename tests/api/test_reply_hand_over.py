@@ -8,10 +8,10 @@ from collections import Counter
 from collections.abc import Callable
 
 from agentkernel.core.errors import StoreUnavailableError
-from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 from .conftest import Server
 from .test_streaming import stream_turn

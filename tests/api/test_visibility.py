@@ -7,9 +7,9 @@ from typing import Any
 
 import pytest
 
-from agentkernel.pipeline.response_store.base import TurnTicket, visible
 from agentkernel.pipeline.response_store.frames import chunk_frame, read_frames
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
+from agentkernel.pipeline.wire.records import TurnTicket, visible
 
 
 @pytest.mark.parametrize(

@@ -23,14 +23,11 @@ import pytest
 from agentkernel.core.config import AKConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.process.io_handler import IOHandler
-from agentkernel.pipeline.response_store import (
-    ResponseRecord,
-    ResponseStore,
-    create_response_store,
-)
+from agentkernel.pipeline.response_store import ResponseStore, create_response_store
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.response_store.testing import ResponseStoreContract
+from agentkernel.pipeline.wire.records import ResponseRecord
 from tests.api.conftest import Server, make_config, registry
 from tests.stores.test_response_stores import create_table
 

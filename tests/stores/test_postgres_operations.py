@@ -24,11 +24,11 @@ from agentkernel.core.errors import (
 )
 from agentkernel.pipeline.postgres.schema import LATEST, current_version, migrate
 from agentkernel.pipeline.response_store import create_response_store
-from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket
 from agentkernel.pipeline.response_store.postgres import PostgresResponseStore
 from agentkernel.pipeline.session_store import create_session_store
 from agentkernel.pipeline.session_store.base import SessionRecord
 from agentkernel.pipeline.session_store.postgres import PostgresSessionStore
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 from tests import servers
 from tests.stores.postgres_helpers import Proxy, Schemas, schemas
 

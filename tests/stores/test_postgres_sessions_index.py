@@ -11,11 +11,11 @@ import pytest
 from agentkernel.cli.commands import main
 from agentkernel.core.errors import StaleSessionError
 from agentkernel.pipeline.postgres.schema import LATEST, current_version, migrate
-from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket
 from agentkernel.pipeline.response_store.postgres import PostgresResponseStore
 from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome
 from agentkernel.pipeline.session_store.index import SessionEntry
 from agentkernel.pipeline.session_store.postgres import PostgresSessionStore
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 from agentkernel.pipeline.wire.scoping import owner_scope, session_key
 from tests.stores.postgres_helpers import Schemas, schemas
 

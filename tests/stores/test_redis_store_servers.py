@@ -15,10 +15,10 @@ import pytest
 from redis.crc import key_slot
 
 from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.session_store.base import SessionRecord
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
+from agentkernel.pipeline.wire.records import ResponseRecord
 from tests.redis_servers import PrivateCluster
 from tests.stores import test_quota_ledgers as ledgers
 from tests.stores import test_response_stores as responses

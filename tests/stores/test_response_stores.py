@@ -12,17 +12,13 @@ import pytest
 
 from agentkernel.core.config.root import ResponseStoreConfig
 from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
-from agentkernel.pipeline.response_store import (
-    ResponseRecord,
-    ResponseStore,
-    create_response_store,
-)
-from agentkernel.pipeline.response_store.base import index_periods
+from agentkernel.pipeline.response_store import ResponseStore, create_response_store
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from agentkernel.pipeline.response_store.testing import ResponseStoreContract
 from agentkernel.pipeline.session_store.dynamodb import DynamoDBSessionStore
+from agentkernel.pipeline.wire.records import ResponseRecord, index_periods
 from tests import servers
 
 
@@ -275,7 +271,7 @@ def test_a_redis_waiter_gets_its_reply_after_the_subscription_died(redis_url: st
     import asyncio
     import time
 
-    from agentkernel.pipeline.response_store.base import ResponseRecord
+    from agentkernel.pipeline.wire.records import ResponseRecord
 
     prefix = f"t:{uuid.uuid4().hex}:"
     waiting, writer = RedisResponseStore(redis_url, prefix), RedisResponseStore(redis_url, prefix)

@@ -28,7 +28,6 @@ from agentkernel.core.errors import (  # noqa: E402
     StoreFullError,
     StoreUnavailableError,
 )
-from agentkernel.pipeline.response_store.base import ResponseRecord, TurnTicket  # noqa: E402
 from agentkernel.pipeline.response_store.redis import RedisResponseStore  # noqa: E402
 from agentkernel.pipeline.runner.agent_runner import AgentRunner  # noqa: E402
 from agentkernel.pipeline.session_store.base import SessionRecord, TurnOutcome  # noqa: E402
@@ -40,6 +39,7 @@ from agentkernel.pipeline.wire.envelope import (  # noqa: E402
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket  # noqa: E402
 from agentkernel.pipeline.wire.scoping import session_key  # noqa: E402
 from tests.chaos.infra import EphemeralRedis, PrivateRedis  # noqa: E402
 from tests.runner_config import config_with  # noqa: E402

@@ -11,7 +11,7 @@ import psycopg
 import pytest
 
 from agentkernel.core.errors import AKConfigError, TransportError
-from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.transport.postgres import KEY, PostgresTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests import servers

@@ -15,11 +15,8 @@ from agentkernel.core.config.root import RedisQueueConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
 from agentkernel.core.redis_client import redis_client
 from agentkernel.pipeline.testing import QueueTransportContract
-from agentkernel.pipeline.transport.base import (
-    QueueTransport,
-    QueueTransportFactory,
-    TransportConsumer,
-)
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.redis.consumer import PARKING_CONSUMER
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName

@@ -11,7 +11,8 @@ import pytest
 from agentkernel.core.config.root import QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
 from agentkernel.pipeline.testing import QueueTransportContract
-from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.transport.sqs import SQSTransport, lease_param, wait_param
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.foreign import NOT_UTF8, SQS_KINDS, publish_sqs

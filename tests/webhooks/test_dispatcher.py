@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import NameOID
 
 from agentkernel.core.config.webhooks import WebhooksConfig
-from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 from agentkernel.pipeline.webhooks.sender import Timeouts, post
 from agentkernel.pipeline.webhooks.urls import Target
+from agentkernel.pipeline.wire.records import ResponseRecord
 from agentkernel.webhooks import ATTEMPT_HEADER, ID_HEADER, SIGNATURE_HEADER, verify_signature
 from tests.webhooks.receiver import Receiver
 

@@ -30,7 +30,7 @@ from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.runtime import tracing
 from agentkernel.pipeline.runtime.collector import tune_for_server
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
-from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 from agentkernel.pipeline.wire.envelope import QueueName
 

@@ -24,7 +24,8 @@ from typing import Any, ClassVar, cast
 from agentkernel.aws.container_loop import run_in_container
 from agentkernel.aws.events import BadEvent, sqs_message
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
+from agentkernel.pipeline.consumer.base import QueueConsumer
+from agentkernel.pipeline.consumer.handler import as_async
 from agentkernel.pipeline.consumer.handling import report_undecodable
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry

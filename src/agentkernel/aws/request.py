@@ -61,7 +61,7 @@ from agentkernel.pipeline.front.chat_front import (
 from agentkernel.pipeline.front.turn_control import cancel_frame
 from agentkernel.pipeline.response_store import create_response_store
 from agentkernel.pipeline.session_store import create_session_store
-from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.wire.chat import (
     CancelFrame,
     FrameError,

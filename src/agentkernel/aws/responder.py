@@ -34,7 +34,7 @@ from agentkernel.pipeline.response_store import ResponseStore, create_response_s
 from agentkernel.pipeline.response_store.frames import chunk_frames, done_frame
 from agentkernel.pipeline.response_store.handler import ResponseHandler as StoreWriter
 from agentkernel.pipeline.response_store.handler import record_of
-from agentkernel.pipeline.transport.base import QueueTransportFactory
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 from agentkernel.pipeline.wire.chat import system_response
 from agentkernel.pipeline.wire.envelope import (

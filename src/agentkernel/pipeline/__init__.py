@@ -19,11 +19,8 @@ if TYPE_CHECKING:
     from agentkernel.pipeline.response_store.handler import ResponseHandler
     from agentkernel.pipeline.runner.agent_runner import AgentRunner
     from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
-    from agentkernel.pipeline.transport.base import (
-        QueueTransport,
-        QueueTransportFactory,
-        TransportConsumer,
-    )
+    from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+    from agentkernel.pipeline.transport.factory import QueueTransportFactory
     from agentkernel.pipeline.transport.in_memory import InMemoryTransport
     from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
@@ -52,7 +49,7 @@ _LAZY = {
     "QueueMessage": "agentkernel.pipeline.wire.envelope",
     "QueueName": "agentkernel.pipeline.wire.envelope",
     "QueueTransport": "agentkernel.pipeline.transport.base",
-    "QueueTransportFactory": "agentkernel.pipeline.transport.base",
+    "QueueTransportFactory": "agentkernel.pipeline.transport.factory",
     "RequestHandler": "agentkernel.pipeline.http.request_handler",
     "ResponseHandler": "agentkernel.pipeline.response_store.handler",
     "ThreadRunner": "agentkernel.pipeline.runtime.thread_runner",

@@ -1,39 +1,11 @@
-"""What a queue consumer is: the :class:`QueueConsumer` base and the handler callables it gives."""
+"""What a queue consumer is: the :class:`QueueConsumer` base its components subclass."""
 
 from __future__ import annotations
 
-import asyncio
-import functools
-import inspect
 from abc import ABC, abstractmethod
-from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import Any, cast
 
 from agentkernel.pipeline.wire.envelope import QueueMessage
-
-Handler = Callable[[QueueMessage], Any] | Callable[[QueueMessage], Awaitable[Any]]
-
-
-def is_async_callable(fn: Callable[..., Any]) -> bool:
-    """True for ``async def`` functions, bound methods and partials of them."""
-    while isinstance(fn, functools.partial):
-        fn = fn.func
-    return inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
-        getattr(fn, "__call__", None)  # noqa: B004 - callable objects with async __call__
-    )
-
-
-def as_async(fn: Handler) -> Callable[[QueueMessage], Awaitable[Any]]:
-    """``fn`` as an async callable: a sync one runs on a worker thread (it may block)."""
-    if is_async_callable(fn):
-        return fn
-
-    async def in_thread(message: QueueMessage) -> None:
-        result = await asyncio.to_thread(fn, message)
-        if inspect.isawaitable(result):  # a sync callable that returned a coroutine
-            await result
-
-    return in_thread
 
 
 class QueueConsumer(ABC):
@@ -87,11 +59,11 @@ class QueueConsumer(ABC):
         Raises:
             ValueError: ``num_consumers`` or ``max_receive_count`` is below 1.
         """
-        from agentkernel.pipeline.consumer.records import record_loop
+        from agentkernel.pipeline.consumer.records import GuideShaped, record_loop
         from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 
         cls.check_settings()
-        loop = record_loop(cls)
+        loop = record_loop(cast(GuideShaped, cls))  # its class methods are what is read
         ThreadRunner.install_signal_handlers()
         loop.run()
 

@@ -32,7 +32,7 @@ from agentkernel.core import logs
 from agentkernel.core.blocking import call
 from agentkernel.core.errors import RetryableError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer.base import Handler, as_async, is_async_callable
+from agentkernel.pipeline.consumer.handler import Handler, as_async, is_async_callable
 from agentkernel.pipeline.consumer.isolation import Isolation, is_suspect
 from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry

@@ -34,7 +34,7 @@ from typing import Any
 
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.consumer.base import Handler
+from agentkernel.pipeline.consumer.handler import Handler
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.in_flight import Slots, Tracker
 from agentkernel.pipeline.runtime.event_loop import LoopThread

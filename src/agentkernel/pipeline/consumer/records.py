@@ -14,16 +14,15 @@ from __future__ import annotations
 import logging
 import time
 from collections.abc import Callable, Mapping
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any, Protocol, cast
 
-from agentkernel.pipeline.consumer.base import is_async_callable
+from agentkernel.pipeline.consumer.handler import is_async_callable
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.wire.envelope import QueueMessage
 
 if TYPE_CHECKING:
     import threading
 
-    from agentkernel.pipeline.consumer.base import QueueConsumer
     from agentkernel.pipeline.consumer.loop import ConsumerLoop
 
 logger = logging.getLogger(__name__)
@@ -32,6 +31,23 @@ logger = logging.getLogger(__name__)
 IDLE_POLL_SECONDS = 1.0
 #: Longest a ``poll`` is expected to wait, in seconds (the SQS long-poll ceiling).
 POLL_WAIT_SECONDS = 20.0
+
+
+class GuideShaped(Protocol):
+    """What is read of a guide-shaped consumer class (a :class:`~.base.QueueConsumer`
+    subclass): its class methods and two settings."""
+
+    __name__: str
+    max_receive_count: int
+    num_consumers: int
+    process_message: Callable[..., Any]
+    on_permanent_failure: Callable[..., Any]
+
+    def poll(self) -> list[Any]: ...
+
+    def delete_message(self, record: Any) -> None: ...
+
+    def poll_batch_size(self) -> int: ...
 
 
 class RecordConsumer(TransportConsumer):
@@ -46,7 +62,7 @@ class RecordConsumer(TransportConsumer):
     #: ``poll`` takes no wait: it decides its own (a long poll), so fetches are not sliced.
     fetch_wait_slice_seconds = POLL_WAIT_SECONDS
 
-    def __init__(self, owner: type[QueueConsumer]) -> None:
+    def __init__(self, owner: GuideShaped) -> None:
         self._owner = owner
 
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
@@ -100,7 +116,7 @@ def on_record(fn: Callable[[Any], Any]) -> Callable[[QueueMessage], Any]:
     return run
 
 
-def record_loop(owner: type[QueueConsumer], stop: threading.Event | None = None) -> ConsumerLoop:
+def record_loop(owner: GuideShaped, stop: threading.Event | None = None) -> ConsumerLoop:
     """The :class:`ConsumerLoop` that runs a guide-shaped consumer class.
 
     Args:

@@ -17,8 +17,9 @@ import logging
 
 from agentkernel.core.errors import StoreDataLostError, StoreError, StoreFullError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.response_store.base import ResponseStore, TurnTicket
+from agentkernel.pipeline.response_store.base import ResponseStore
 from agentkernel.pipeline.wire.chat import ChatRequest, HTTPError, fingerprint
+from agentkernel.pipeline.wire.records import TurnTicket
 
 __all__ = ["RETRY_AFTER_PENDING", "admit", "known_to", "missing_reply"]
 

@@ -8,9 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from agentkernel.pipeline.response_store.base import ResponseRecord
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.wire.chat import HTTPError, poll_location
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 #: Seconds a client is told to wait before retrying a 503.
 RETRY_AFTER_SECONDS = 1

@@ -44,7 +44,7 @@ from agentkernel.pipeline.front.request_ids import RequestIds
 from agentkernel.pipeline.front.sessions import SessionsAPI
 from agentkernel.pipeline.front.store_errors import store_error
 from agentkernel.pipeline.front.turn_control import TurnControlAPI
-from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.response_store.frames import read_frames
 from agentkernel.pipeline.response_store.watch import ReplyWatch
 from agentkernel.pipeline.runtime import tracing
@@ -71,6 +71,7 @@ from agentkernel.pipeline.wire.envelope import (
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 __all__ = [
     "CHAT_PATH",

@@ -12,8 +12,9 @@ from agentkernel.core.config.limits import LimitsConfig
 from agentkernel.core.errors import AKConfigError, StoreError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.quota import Quota, retry_after
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store.base import ResponseStore
 from agentkernel.pipeline.wire.chat import HTTPError
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 __all__ = ["IdentityQuota"]
 

@@ -33,10 +33,11 @@ from agentkernel.core.errors import (
 from agentkernel.pipeline.front.answers import RETRY_AFTER_SECONDS, Answer
 from agentkernel.pipeline.front.quota import IdentityQuota
 from agentkernel.pipeline.front.store_errors import DATA_LOST
-from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore
 from agentkernel.pipeline.session_store.index import ANONYMOUS, SessionEntry, TurnLog
 from agentkernel.pipeline.wire.chat import HTTPError
+from agentkernel.pipeline.wire.records import ResponseRecord
 from agentkernel.pipeline.wire.scoping import owner_scope, session_key
 
 __all__ = ["DEFAULT_LIMIT", "MAX_LIMIT", "SESSIONS_PATH", "SessionsAPI"]

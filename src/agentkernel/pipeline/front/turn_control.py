@@ -30,13 +30,14 @@ from agentkernel.pipeline.front.admission import known_to
 from agentkernel.pipeline.front.answers import Answer, TurnAddress
 from agentkernel.pipeline.front.quota import IdentityQuota
 from agentkernel.pipeline.front.store_errors import store_error
-from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.session_store.base import SessionStore
 from agentkernel.pipeline.turn_control.outcomes import STOPPED_CODES
 from agentkernel.pipeline.turn_control.signals import Stop, StopKind, TurnSignals
 from agentkernel.pipeline.turn_control.strategies import TurnOpening
 from agentkernel.pipeline.wire.chat import ChatRequest, HTTPError
+from agentkernel.pipeline.wire.records import ResponseRecord
 from agentkernel.pipeline.wire.scoping import session_key
 
 __all__ = ["TurnControlAPI", "cancel_frame"]

@@ -69,7 +69,8 @@ from agentkernel.pipeline.runtime.event_loop import StallWatchdog
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.session_store import create_session_store
-from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 from agentkernel.pipeline.wire.envelope import QueueName

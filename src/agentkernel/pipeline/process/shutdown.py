@@ -20,13 +20,14 @@ from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections
 from agentkernel.pipeline.http.request_handler import RequestHandler
-from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.runtime.thread_runner import close_in_order
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.redelivery import STOP_CHECK_SECONDS
 from agentkernel.pipeline.webhooks.delivery import DRAIN_SECONDS as WEBHOOK_DRAIN_SECONDS
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
+from agentkernel.pipeline.wire.records import ResponseRecord
 from agentkernel.pipeline.wire.replies import error_doc, webhook_of
 
 logger = logging.getLogger(__name__)

@@ -36,9 +36,12 @@ from typing import Any, ClassVar
 from agentkernel.core.botocore_errors import CONDITION_FAILED, botocore_errors, error_code
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.quota import Quota, QuotaLedger
-from agentkernel.pipeline.response_store.dynamodb import TTL_ATTRIBUTE
 
-__all__ = ["BUCKETS", "DynamoDBQuotaLedger"]
+__all__ = ["BUCKETS", "TTL_ATTRIBUTE", "DynamoDBQuotaLedger"]
+
+#: The attribute DynamoDB's TTL deletes expired items by, shared with the response store's
+#: table (the ledger's items live in it).
+TTL_ATTRIBUTE = "expiry_time"
 
 #: Buckets per TTL that stored bytes are counted in; the ring has one slot more.
 BUCKETS = 12

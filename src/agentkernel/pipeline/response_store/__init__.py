@@ -5,7 +5,8 @@ from __future__ import annotations
 from agentkernel.core.config.root import ResponseStoreConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
+from agentkernel.pipeline.response_store.base import ResponseStore
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 
 __all__ = ["ResponseRecord", "ResponseStore", "TurnTicket", "create_response_store"]
 

@@ -46,16 +46,16 @@ from agentkernel.core.botocore_errors import (
 from agentkernel.core.config.root import DynamoDBStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.quota import QuotaLedger
-from agentkernel.pipeline.response_store.base import (
+from agentkernel.pipeline.quota.dynamodb import TTL_ATTRIBUTE
+from agentkernel.pipeline.response_store.base import ResponseStore
+from agentkernel.pipeline.wire.records import (
     ResponseRecord,
-    ResponseStore,
     TurnTicket,
     index_period,
     index_periods,
 )
 from agentkernel.pipeline.wire.scoping import session_key
 
-TTL_ATTRIBUTE = "expiry_time"
 _CHUNK = "#chunk#"  # chunk items share the table: key "<request_id>#chunk#<index>"
 _TICKET = "#ticket"  # the ticket of an accepted turn: key "<request_id>#ticket"
 _SECRET = "#secret"  # the deployment secret (shared_secret), no TTL

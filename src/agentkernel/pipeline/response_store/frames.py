@@ -17,7 +17,8 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from agentkernel.core.blocking import call
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, visible
+from agentkernel.pipeline.response_store.base import ResponseStore
+from agentkernel.pipeline.wire.records import ResponseRecord, visible
 
 STREAM_CHUNK = "STREAM_CHUNK"
 

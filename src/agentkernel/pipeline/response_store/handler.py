@@ -25,10 +25,11 @@ import threading
 from agentkernel.core.blocking import nonblocking_async
 from agentkernel.core.config.root import QueuesConfig
 from agentkernel.core.errors import StoreError
-from agentkernel.pipeline.consumer.base import QueueConsumer, as_async
+from agentkernel.pipeline.consumer.base import QueueConsumer
+from agentkernel.pipeline.consumer.handler import as_async
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
 from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, LoopSettings
-from agentkernel.pipeline.response_store import ResponseRecord, ResponseStore
+from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.response_store.frames import chunk_frames
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
@@ -41,6 +42,7 @@ from agentkernel.pipeline.wire.envelope import (
     QueueMessage,
     QueueName,
 )
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 logger = logging.getLogger(__name__)
 

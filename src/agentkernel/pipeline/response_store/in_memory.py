@@ -8,9 +8,10 @@ import time
 from collections import OrderedDict
 from typing import Any
 
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
+from agentkernel.pipeline.response_store.base import ResponseStore
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 from agentkernel.pipeline.response_store.watch import PushedWatch
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 from agentkernel.pipeline.wire.scoping import session_key
 
 # Expiry-heap key prefixes of chunk lists, tickets and session indexes (ids are printable).

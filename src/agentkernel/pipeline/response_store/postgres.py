@@ -39,8 +39,9 @@ from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.postgres.backing import EPOCH, Backing
 from agentkernel.pipeline.postgres.client import conninfo
 from agentkernel.pipeline.quota import QuotaLedger
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
+from agentkernel.pipeline.response_store.base import ResponseStore
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 from agentkernel.pipeline.wire.scoping import session_key
 
 logger = logging.getLogger(__name__)

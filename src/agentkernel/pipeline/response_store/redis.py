@@ -50,15 +50,15 @@ from agentkernel.core.redis_client import on_node, require_one_slot
 from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
-from agentkernel.pipeline.response_store.base import (
+from agentkernel.pipeline.response_store.base import ResponseStore
+from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
+from agentkernel.pipeline.response_store.watch import PushedWatch, announced_record
+from agentkernel.pipeline.wire.records import (
     ResponseRecord,
-    ResponseStore,
     TurnTicket,
     index_period,
     index_periods,
 )
-from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
-from agentkernel.pipeline.response_store.watch import PushedWatch, announced_record
 from agentkernel.pipeline.wire.scoping import session_key
 
 logger = logging.getLogger(__name__)

@@ -18,7 +18,8 @@ from typing import ClassVar
 import pytest
 
 from agentkernel.core.errors import ResponseStoreError
-from agentkernel.pipeline.response_store.base import ResponseRecord, ResponseStore, TurnTicket
+from agentkernel.pipeline.response_store.base import ResponseStore
+from agentkernel.pipeline.wire.records import ResponseRecord, TurnTicket
 
 __all__ = ["ResponseStoreContract"]
 

@@ -16,16 +16,19 @@ import asyncio
 import time
 from collections.abc import Awaitable, Callable
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from agentkernel.core.first_done import first_done
-from agentkernel.pipeline.response_store.base import ResponseRecord
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry
-
-if TYPE_CHECKING:
-    from agentkernel.pipeline.response_store.base import ResponseStore
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 __all__ = ["PushedWatch", "ReplyWatch", "announced_record"]
+
+
+class WaitingStore(Protocol):
+    """What a watch needs of its store (a :class:`~.base.ResponseStore`): a read that waits."""
+
+    async def wait(self, request_id: str, timeout: float) -> ResponseRecord | None: ...
 
 
 class ReplyWatch:
@@ -35,7 +38,7 @@ class ReplyWatch:
     called: correct for any store, since ``wait`` reads before it waits.
     """
 
-    def __init__(self, store: ResponseStore, request_id: str) -> None:
+    def __init__(self, store: WaitingStore, request_id: str) -> None:
         self.store, self.request_id = store, request_id
 
     async def __aenter__(self) -> ReplyWatch:
@@ -86,7 +89,7 @@ class PushedWatch(ReplyWatch):
 
     def __init__(
         self,
-        store: ResponseStore,
+        store: WaitingStore,
         request_id: str,
         waiters: WaiterRegistry,
         read: Callable[[], Awaitable[ResponseRecord | None]],

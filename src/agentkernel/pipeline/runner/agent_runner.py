@@ -59,7 +59,8 @@ from agentkernel.pipeline.session_store import (
     create_session_store,
 )
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
-from agentkernel.pipeline.transport.base import QueueTransport, QueueTransportFactory
+from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.turn_control.outcomes import stopped_doc
 from agentkernel.pipeline.turn_control.signals import Stop
 from agentkernel.pipeline.turn_control.watcher import StopWatcher

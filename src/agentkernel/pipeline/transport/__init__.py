@@ -11,11 +11,8 @@ from typing import TYPE_CHECKING
 from agentkernel.core.lazy import lazy_getattr
 
 if TYPE_CHECKING:
-    from agentkernel.pipeline.transport.base import (
-        QueueTransport,
-        QueueTransportFactory,
-        TransportConsumer,
-    )
+    from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+    from agentkernel.pipeline.transport.factory import QueueTransportFactory
     from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 
 __all__ = ["InMemoryTransport", "QueueTransport", "QueueTransportFactory", "TransportConsumer"]
@@ -23,7 +20,7 @@ __all__ = ["InMemoryTransport", "QueueTransport", "QueueTransportFactory", "Tran
 _LAZY = {
     "InMemoryTransport": "agentkernel.pipeline.transport.in_memory",
     "QueueTransport": "agentkernel.pipeline.transport.base",
-    "QueueTransportFactory": "agentkernel.pipeline.transport.base",
+    "QueueTransportFactory": "agentkernel.pipeline.transport.factory",
     "TransportConsumer": "agentkernel.pipeline.transport.base",
 }
 

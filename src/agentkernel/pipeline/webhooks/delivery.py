@@ -30,7 +30,6 @@ from dataclasses import dataclass, field
 
 from agentkernel.core.config.webhooks import WebhooksConfig
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.response_store import ResponseRecord
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.webhooks.sender import Answer, Timeouts, post
 from agentkernel.pipeline.webhooks.signing import (
@@ -41,6 +40,7 @@ from agentkernel.pipeline.webhooks.signing import (
     sign,
 )
 from agentkernel.pipeline.webhooks.urls import WebhookRefused, checked_addresses
+from agentkernel.pipeline.wire.records import ResponseRecord
 
 logger = logging.getLogger(__name__)
 
