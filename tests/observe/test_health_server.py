@@ -10,7 +10,7 @@ import httpx
 import pytest
 
 from agentkernel.core.errors import AKConfigError, StoreDataLostError
-from agentkernel.pipeline.process.health_server import HealthServer
+from agentkernel.pipeline.runtime.health_server import HealthServer
 from agentkernel.pipeline.runtime.metrics import METRICS
 
 

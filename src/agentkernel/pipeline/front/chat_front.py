@@ -39,7 +39,6 @@ from agentkernel.pipeline.front.answers import (
     record_answer,
 )
 from agentkernel.pipeline.front.quota import IdentityQuota
-from agentkernel.pipeline.front.readiness import CheckedStore, readiness
 from agentkernel.pipeline.front.request_ids import RequestIds
 from agentkernel.pipeline.front.sessions import SessionsAPI
 from agentkernel.pipeline.front.store_errors import store_error
@@ -49,6 +48,7 @@ from agentkernel.pipeline.response_store.frames import read_frames
 from agentkernel.pipeline.response_store.watch import ReplyWatch
 from agentkernel.pipeline.runtime import tracing
 from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.runtime.readiness import CheckedStore, readiness
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.transport.base import QueueTransport
@@ -351,7 +351,7 @@ class ChatFront:
         """Readiness: the broker and the stores answer, take writes and still hold their data."""
         checks = {"queue": self.transport.ping} | {n: s.ping for n, s in self.stores.items()}
         warnings = [f"{n}: {w}" for n, s in self.stores.items() for w in s.warnings()]
-        return await readiness(checks, warnings)
+        return Answer(*await readiness(checks, warnings))
 
     # -- the steps of a turn ------------------------------------------------------------------
 

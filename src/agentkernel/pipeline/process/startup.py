@@ -16,7 +16,7 @@ from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
 
 from agentkernel.core.errors import AKConfigError, StoreError, TransportError
-from agentkernel.pipeline.front.readiness import CheckedStore
+from agentkernel.pipeline.runtime.readiness import CheckedStore
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.wire.envelope import QueueName
 

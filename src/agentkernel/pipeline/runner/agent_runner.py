@@ -41,15 +41,15 @@ from agentkernel.core.errors import (
 )
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
-from agentkernel.pipeline.consumer.isolation import LastAttempt
 from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
-from agentkernel.pipeline.process.health_server import HealthServer
 from agentkernel.pipeline.runner.execution import Streamer, execute, turn_of
+from agentkernel.pipeline.runner.last_attempt import LastAttempt
 from agentkernel.pipeline.runner.last_errors import LastErrors
 from agentkernel.pipeline.runner.turn_log import turn_finished
 from agentkernel.pipeline.runner.turn_replies import TurnReplies, key_of
 from agentkernel.pipeline.runtime import tracing
 from agentkernel.pipeline.runtime.collector import tune_for_server
+from agentkernel.pipeline.runtime.health_server import HealthServer
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.session_store import (
@@ -144,7 +144,7 @@ class AgentRunner(QueueConsumer):
         """Consume INPUT until shutdown (blocks), then close the transport.
 
         With ``execution.runner.health_port`` set, ``/health``, ``/ready`` and ``/metrics`` are
-        served on it meanwhile (:mod:`agentkernel.pipeline.process.health_server`).
+        served on it meanwhile (:mod:`agentkernel.pipeline.runtime.health_server`).
         """
         tracing.export_if_configured()
         probe = self._health_server()

@@ -11,10 +11,9 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable, Mapping
-from typing import Protocol
+from typing import Any, Protocol
 
 from agentkernel.core.errors import StoreDataLostError, StoreFullError
-from agentkernel.pipeline.front.answers import Answer
 
 __all__ = ["READY_CHECK_SECONDS", "CheckedStore", "readiness"]
 
@@ -30,8 +29,11 @@ class CheckedStore(Protocol):
     def warnings(self) -> list[str]: ...
 
 
-async def readiness(checks: Mapping[str, Callable[[], None]], warnings: list[str]) -> Answer:
-    """200 when every check passes, else 503 naming the ones that failed and how."""
+async def readiness(
+    checks: Mapping[str, Callable[[], None]], warnings: list[str]
+) -> tuple[int, dict[str, Any]]:
+    """The status and document of ``/ready``: 200 when every check passes, else 503 naming the
+    ones that failed and how."""
     results: dict[str, str] = {}
     for name, check in checks.items():
         try:
@@ -41,10 +43,10 @@ async def readiness(checks: Mapping[str, Callable[[], None]], warnings: list[str
             results[name] = state_of(exc)
     notes = {"warnings": warnings} if warnings else {}
     if all(v == "ok" for v in results.values()):
-        return Answer(200, {"status": "ready", **results, **notes})
+        return 200, {"status": "ready", **results, **notes}
     down = ", ".join(f"{name} ({v})" for name, v in results.items() if v != "ok")
     doc = {"error": "NOT_READY", "message": f"not answering: {down}", "status": "not_ready"}
-    return Answer(503, doc | results | notes)
+    return 503, doc | results | notes
 
 
 def state_of(exc: BaseException) -> str:

@@ -25,8 +25,8 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 from agentkernel.core.errors import AKConfigError
-from agentkernel.pipeline.front.readiness import readiness
 from agentkernel.pipeline.runtime.metrics import METRICS
+from agentkernel.pipeline.runtime.readiness import readiness
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 
 __all__ = ["HealthServer"]
@@ -123,8 +123,7 @@ class _ProbeHandler(BaseHTTPRequestHandler):
         if self.stopping():
             self._json(503, {"status": "draining", "error": "NOT_READY"})
             return
-        answer = asyncio.run(readiness(self.checks, []))
-        self._json(answer.status, answer.doc)
+        self._json(*asyncio.run(readiness(self.checks, [])))
 
     def _json(self, status: int, doc: Mapping[str, Any]) -> None:
         self._send(status, json.dumps(doc).encode(), "application/json")
