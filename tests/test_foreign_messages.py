@@ -21,7 +21,8 @@ import pytest
 from agentkernel import Agent, AgentRegistry
 from agentkernel.core.agent import Turn
 from agentkernel.core.config.root import QueuesConfig, RunnerConfig
-from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
+from agentkernel.pipeline.consumer.settings import LoopSettings
 from agentkernel.pipeline.response_store.handler import ResponseHandler
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.runner.agent_runner import AgentRunner

@@ -12,13 +12,14 @@ from agentkernel.core.lazy import lazy_getattr
 if TYPE_CHECKING:
     from agentkernel.pipeline.consumer.base import QueueConsumer
     from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
-    from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
+    from agentkernel.pipeline.consumer.loop import ConsumerLoop
+    from agentkernel.pipeline.consumer.settings import LoopSettings
 
 __all__ = ["ConsumerLoop", "HandlingPolicy", "LoopSettings", "MessageHandling", "QueueConsumer"]
 
 _LAZY = {
     "ConsumerLoop": "agentkernel.pipeline.consumer.loop",
-    "LoopSettings": "agentkernel.pipeline.consumer.loop",
+    "LoopSettings": "agentkernel.pipeline.consumer.settings",
     "HandlingPolicy": "agentkernel.pipeline.consumer.handling",
     "MessageHandling": "agentkernel.pipeline.consumer.handling",
     "QueueConsumer": "agentkernel.pipeline.consumer.base",

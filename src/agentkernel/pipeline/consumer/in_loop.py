@@ -25,7 +25,7 @@ from collections.abc import Callable
 
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.handling import MessageHandling
-from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS
+from agentkernel.pipeline.consumer.settings import DRAIN_TIMEOUT_SECONDS
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage

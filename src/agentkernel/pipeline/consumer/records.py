@@ -125,7 +125,8 @@ def record_loop(owner: GuideShaped, stop: threading.Event | None = None) -> Cons
         stop: stops the loop once set; default the process's shutdown event.
     """
     from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
-    from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
+    from agentkernel.pipeline.consumer.loop import ConsumerLoop
+    from agentkernel.pipeline.consumer.settings import LoopSettings
 
     # Class methods of a guide-shaped class: already bound, they take the record alone.
     process = cast(Callable[[Any], Any], owner.process_message)

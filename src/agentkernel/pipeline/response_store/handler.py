@@ -28,7 +28,8 @@ from agentkernel.core.errors import StoreError
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handler import as_async
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
-from agentkernel.pipeline.consumer.loop import DRAIN_TIMEOUT_SECONDS, ConsumerLoop, LoopSettings
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
+from agentkernel.pipeline.consumer.settings import DRAIN_TIMEOUT_SECONDS, LoopSettings
 from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.response_store.frames import chunk_frames
 from agentkernel.pipeline.transport.base import QueueTransport

@@ -41,7 +41,8 @@ from agentkernel.core.errors import (
 )
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handling import HandlingPolicy, MessageHandling
-from agentkernel.pipeline.consumer.loop import ConsumerLoop, LoopSettings
+from agentkernel.pipeline.consumer.loop import ConsumerLoop
+from agentkernel.pipeline.consumer.settings import LoopSettings
 from agentkernel.pipeline.runner.execution import Streamer, execute, turn_of
 from agentkernel.pipeline.runner.last_attempt import LastAttempt
 from agentkernel.pipeline.runner.last_errors import LastErrors
