@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import AfterValidator, BaseModel, ConfigDict
 
 
 def check_kind(kind: str, builtins: tuple[str, ...], what: str) -> str:
@@ -18,6 +18,12 @@ def check_kind(kind: str, builtins: tuple[str, ...], what: str) -> str:
     raise ValueError(
         f"unknown {what} '{kind}'; use one of {', '.join(builtins)} or a dotted path to a class"
     )
+
+
+def known_kind(what: str, *builtins: str) -> AfterValidator:
+    """The validator of a backend ``type`` field (``Annotated[str, known_kind(...)]``): runs
+    :func:`check_kind` with these built-in names."""
+    return AfterValidator(lambda kind: check_kind(kind, builtins, what))
 
 
 class Block(BaseModel):

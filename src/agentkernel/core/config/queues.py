@@ -6,12 +6,15 @@ All durations are float seconds.
 
 from __future__ import annotations
 
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import Field, field_validator
+from pydantic import Field
 
-from agentkernel.core.config.base import Block, check_kind
+from agentkernel.core.config.base import Block, known_kind
 from agentkernel.core.config.stores import PostgresStoreConfig
+
+#: The built-in values of ``execution.queues.type``.
+TRANSPORTS = ("in_memory", "sqs", "nats", "kafka", "redis", "postgres")
 
 
 class QueueSettings(Block):
@@ -291,7 +294,7 @@ class PostgresQueueConfig(PostgresStoreConfig):
 class QueuesConfig(Block):
     """``execution.queues``: which broker carries the INPUT and OUTPUT queues, and how."""
 
-    type: str = Field(
+    type: Annotated[str, known_kind("transport", *TRANSPORTS)] = Field(
         "in_memory",
         description="Transport: in_memory, sqs, nats, kafka, redis, postgres, or a dotted path to "
         "a QueueTransport subclass.",
@@ -309,13 +312,6 @@ class QueuesConfig(Block):
         description="Messages per fetch on both queues; unset means 1 on INPUT and 10 on OUTPUT.",
     )
     in_memory: InMemoryQueueConfig | None = Field(None, description="In-memory transport tuning.")
-
-    @field_validator("type")
-    @classmethod
-    def _known_transport(cls, kind: str) -> str:
-        return check_kind(
-            kind, ("in_memory", "sqs", "nats", "kafka", "redis", "postgres"), "transport"
-        )
 
     sqs: SQSQueueConfig | None = Field(None, description="SQS transport settings.")
     nats: NatsQueueConfig | None = Field(None, description="NATS JetStream transport settings.")

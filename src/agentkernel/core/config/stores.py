@@ -8,9 +8,12 @@ from __future__ import annotations
 
 from typing import Annotated
 
-from pydantic import Field, StringConstraints, field_validator
+from pydantic import Field, StringConstraints
 
-from agentkernel.core.config.base import Block, check_kind
+from agentkernel.core.config.base import Block, known_kind
+
+#: The built-in values of ``execution.response_store.type`` and ``session.type``.
+STORES = ("in_memory", "redis", "dynamodb", "postgres")
 
 
 class PostgresStoreConfig(Block):
@@ -110,7 +113,7 @@ class DynamoDBStoreConfig(Block):
 class ResponseStoreConfig(Block):
     """``execution.response_store``: where replies wait to be read."""
 
-    type: str = Field(
+    type: Annotated[str, known_kind("response store", *STORES)] = Field(
         "in_memory",
         description="in_memory, redis, dynamodb, postgres, or a dotted path to a ResponseStore.",
     )
@@ -122,11 +125,6 @@ class ResponseStoreConfig(Block):
         "stored reply is the only answer it can get.",
     )
     redis: ResponseRedisConfig | None = Field(None, description="Redis response store settings.")
-
-    @field_validator("type")
-    @classmethod
-    def _known_store(cls, kind: str) -> str:
-        return check_kind(kind, ("in_memory", "redis", "dynamodb", "postgres"), "response store")
 
     dynamodb: DynamoDBStoreConfig | None = Field(None, description="DynamoDB store settings.")
     postgres: PostgresStoreConfig | None = Field(
@@ -158,7 +156,7 @@ AdoptionScheme = Annotated[str, StringConstraints(pattern=r"^[a-z][a-z0-9_-]*(:[
 class SessionConfig(Block):
     """``session``: where agents keep per-session state between turns."""
 
-    type: str = Field(
+    type: Annotated[str, known_kind("session store", *STORES)] = Field(
         "in_memory",
         description="in_memory, redis, dynamodb, postgres, or a dotted path to a SessionStore.",
     )
@@ -176,8 +174,3 @@ class SessionConfig(Block):
         "its recorded owner is their user id. Empty: old sessions are not adopted. See "
         "docs/authentication.md.",
     )
-
-    @field_validator("type")
-    @classmethod
-    def _known_store(cls, kind: str) -> str:
-        return check_kind(kind, ("in_memory", "redis", "dynamodb", "postgres"), "session store")
