@@ -7,40 +7,23 @@ aliases of this package's models, not copies: one class each. They read through 
 
 from __future__ import annotations
 
-from agentkernel.core.config.api import ApiConfig
-from agentkernel.core.config.execution import ExecutionConfig
-from agentkernel.core.config.logs import LoggerConfig, LoggingConfig
-from agentkernel.core.config.queues import (
-    InMemoryQueueConfig,
-    InputQueueSettings,
-    KafkaQueueConfig,
-    NatsQueueConfig,
-    OutputQueueSettings,
-    QueuesConfig,
-)
-from agentkernel.core.config.stores import (
-    DynamoDBStoreConfig,
-    RedisStoreConfig,
-    ResponseRedisConfig,
-    ResponseStoreConfig,
-    SessionConfig,
-)
+from agentkernel.core.config import api, execution, logs, queues, stores
 
-_QueuesConfig = QueuesConfig
-_InputQueueConfig = InputQueueSettings
-_OutputQueueConfig = OutputQueueSettings
-_InMemoryQueueConfig = InMemoryQueueConfig
-_NatsQueueConfig = NatsQueueConfig
-_KafkaQueueConfig = KafkaQueueConfig
-_ResponseStoreConfig = ResponseStoreConfig
-_ResponseStoreRedisConfig = ResponseRedisConfig
-_ResponseStoreValkeyConfig = ResponseRedisConfig
-_ResponseStoreDynamoDBConfig = DynamoDBStoreConfig
-_RedisConfig = RedisStoreConfig
-_ValkeyConfig = RedisStoreConfig
-_DynamoDBConfig = DynamoDBStoreConfig
-_SessionStoreConfig = SessionConfig
-_ExecutionConfig = ExecutionConfig
-_APIConfig = ApiConfig
-_LoggingConfig = LoggingConfig
-_LogLevelConfig = LoggerConfig
+_QueuesConfig = queues.QueuesConfig
+_InputQueueConfig = queues.InputQueueSettings
+_OutputQueueConfig = queues.OutputQueueSettings
+_InMemoryQueueConfig = queues.InMemoryQueueConfig
+_NatsQueueConfig = queues.NatsQueueConfig
+_KafkaQueueConfig = queues.KafkaQueueConfig
+_ResponseStoreConfig = stores.ResponseStoreConfig
+_ResponseStoreRedisConfig = stores.ResponseRedisConfig
+_ResponseStoreValkeyConfig = stores.ResponseRedisConfig
+_ResponseStoreDynamoDBConfig = stores.DynamoDBStoreConfig
+_RedisConfig = stores.RedisStoreConfig
+_ValkeyConfig = stores.RedisStoreConfig
+_DynamoDBConfig = stores.DynamoDBStoreConfig
+_SessionStoreConfig = stores.SessionConfig
+_ExecutionConfig = execution.ExecutionConfig
+_APIConfig = api.ApiConfig
+_LoggingConfig = logs.LoggingConfig
+_LogLevelConfig = logs.LoggerConfig
