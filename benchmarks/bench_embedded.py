@@ -52,7 +52,8 @@ import httpx
 import psutil
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config.root import AKConfig, ExecutionConfig, RunnerConfig
+from agentkernel.core.config.execution import ExecutionConfig, RunnerConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore

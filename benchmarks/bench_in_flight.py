@@ -24,7 +24,8 @@ import time
 import psutil
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config.root import AKConfig, ExecutionConfig, RunnerConfig
+from agentkernel.core.config.execution import ExecutionConfig, RunnerConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.runtime.event_loop import LoopThread

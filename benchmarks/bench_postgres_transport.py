@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import psycopg
 from benchmarks.bench_transports import BODY, SESSIONS, timed
 
-from agentkernel.core.config.root import PostgresQueueConfig
+from agentkernel.core.config.queues import PostgresQueueConfig
 from agentkernel.pipeline.postgres.schema import migrate
 from agentkernel.pipeline.transport.postgres import PostgresTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName

@@ -98,7 +98,7 @@ def raw_nats(url: str, n: int) -> tuple[float, float]:
 
 
 def pipeline_nats(url: str, n: int) -> tuple[float, float]:
-    from agentkernel.core.config.root import NatsQueueConfig
+    from agentkernel.core.config.queues import NatsQueueConfig
     from agentkernel.pipeline.transport.nats import NatsTransport
 
     tag = uuid.uuid4().hex[:8].upper()
@@ -160,7 +160,7 @@ def raw_kafka(bootstrap: str, n: int) -> tuple[float, float]:
 
 
 def pipeline_kafka(bootstrap: str, n: int) -> tuple[float, float]:
-    from agentkernel.core.config.root import KafkaQueueConfig
+    from agentkernel.core.config.queues import KafkaQueueConfig
     from agentkernel.pipeline.transport.kafka import KafkaTransport
 
     tag = uuid.uuid4().hex[:8]
@@ -207,7 +207,7 @@ def raw_redis(url: str, n: int) -> tuple[float, float]:
 
 
 def pipeline_redis(url: str, n: int) -> tuple[float, float]:
-    from agentkernel.core.config.root import RedisQueueConfig
+    from agentkernel.core.config.queues import RedisQueueConfig
     from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 
     prefix = f"bench:{uuid.uuid4().hex[:8]}:"

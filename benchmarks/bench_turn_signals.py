@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from agentkernel.core.config.backends import PostgresStoreConfig
+from agentkernel.core.config.stores import PostgresStoreConfig
 from agentkernel.pipeline.session_store.base import SessionStore, TurnOutcome
 from agentkernel.pipeline.session_store.postgres import PostgresSessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore

@@ -37,7 +37,7 @@ from typing import Any
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from agentkernel.core.config.root import KafkaQueueConfig  # noqa: E402
+from agentkernel.core.config.queues import KafkaQueueConfig  # noqa: E402
 from agentkernel.pipeline.transport.kafka import KafkaTransport  # noqa: E402
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName  # noqa: E402
 

@@ -32,7 +32,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-from agentkernel.core.config.root import NatsQueueConfig
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
-from agentkernel.core.config.root import AKConfig, ExecutionConfig, QueuesConfig, RunnerConfig
+from agentkernel.core.config.execution import ExecutionConfig, RunnerConfig
+from agentkernel.core.config.queues import QueuesConfig
+from agentkernel.core.config.root import AKConfig
 
 
 def config_with(runner: RunnerConfig, queues: QueuesConfig | None = None) -> AKConfig:

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentkernel.cli.commands import main
-from agentkernel.core.config.root import AuthConfig
+from agentkernel.core.config.auth import AuthConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
 from tests.api.conftest import Server, make_config, registry
 from tests.servers import free_port

@@ -13,12 +13,12 @@ import json
 import tracemalloc
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config.root import (
+from agentkernel.core.config.execution import (
     BROKER_MAX_IN_FLIGHT,
     IN_PROCESS_MAX_IN_FLIGHT,
-    AKConfig,
     RunnerConfig,
 )
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.runner.agent_runner import AgentRunner

@@ -4,7 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from agentkernel.core.config.root import AKConfig, AKConfigError, QueuesConfig
+from agentkernel.core.config.queues import QueuesConfig
+from agentkernel.core.config.root import AKConfig, AKConfigError
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport

@@ -14,7 +14,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentkernel import Agent, AgentRegistry, RetryableError, Turn
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.runner.last_errors import MAX_CAUSE, cause_of
 from agentkernel.pipeline.session_store import SessionStore

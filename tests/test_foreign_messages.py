@@ -20,7 +20,8 @@ import pytest
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.core.agent import Turn
-from agentkernel.core.config.root import QueuesConfig, RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
+from agentkernel.core.config.queues import QueuesConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.consumer.settings import LoopSettings
 from agentkernel.pipeline.response_store.handler import ResponseHandler

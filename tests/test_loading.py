@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.core.config.backends import check_kind
+from agentkernel.core.config.base import check_kind
 from agentkernel.core.config.env import unparsable_variables, variable_for
 from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import AKConfigError

@@ -8,7 +8,8 @@ import json
 import pytest
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config.root import QueuesConfig, RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
+from agentkernel.core.config.queues import QueuesConfig
 from agentkernel.pipeline.response_store.handler import ResponseHandler, record_of
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.runner.agent_runner import AgentRunner

@@ -6,7 +6,7 @@ import asyncio
 import json
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.base import REMEMBERED_TURNS, SessionRecord, TurnOutcome
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore

@@ -17,7 +17,7 @@ from typing import Any, ClassVar
 import pytest
 
 from agentkernel import Agent, RetryableError, Turn
-from agentkernel.core.config.root import QueuesConfig
+from agentkernel.core.config.queues import QueuesConfig
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.response_store.frames import chunk_frames, read_frames
 from agentkernel.pipeline.response_store.handler import ResponseHandler

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.pipeline.response_store.frames import chunk_frames
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore

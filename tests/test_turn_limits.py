@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.runtime.event_loop import LoopThread, StallWatchdog
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore

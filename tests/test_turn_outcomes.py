@@ -17,7 +17,7 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry, RetryableError, Turn
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.core.errors import MessageRejectedError, StaleSessionError
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store import SessionStore

@@ -33,7 +33,7 @@ from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra
 
 if TYPE_CHECKING:
-    from agentkernel.core.config.root import JwtConfig
+    from agentkernel.core.config.auth import JwtConfig
 
 __all__ = [
     "ApiKeyValidator",

@@ -14,7 +14,8 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from agentkernel.core.config.root import AKConfig, PostgresStoreConfig
+from agentkernel.core.config.root import AKConfig
+from agentkernel.core.config.stores import PostgresStoreConfig
 from agentkernel.core.errors import AKConfigError, StoreError, StoreUnavailableError
 from agentkernel.core.extras import require_extra
 

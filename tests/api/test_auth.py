@@ -20,7 +20,7 @@ from pydantic import SecretStr
 from websockets.exceptions import InvalidStatus
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config.root import AuthConfig
+from agentkernel.core.config.auth import AuthConfig
 from agentkernel.pipeline.http import subprotocols
 from agentkernel.pipeline.process.io_handler import IOHandler
 

@@ -24,7 +24,8 @@ from pydantic import SecretStr
 
 from agentkernel import Agent, AgentRegistry
 from agentkernel.aws.request import Lambda
-from agentkernel.core.config.root import AKConfig, AuthConfig
+from agentkernel.core.config.auth import AuthConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.http.request_handler import RequestHandler
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport

@@ -26,12 +26,14 @@ import psycopg  # noqa: E402
 import redis  # noqa: E402
 from psycopg import sql  # noqa: E402
 
-from agentkernel.core.config.backends import (  # noqa: E402
+from agentkernel.core.config.auth import AuthConfig  # noqa: E402
+from agentkernel.core.config.root import AKConfig  # noqa: E402
+from agentkernel.core.config.stores import (  # noqa: E402
     DynamoDBStoreConfig,
     PostgresStoreConfig,
     RedisStoreConfig,
+    SessionConfig,
 )
-from agentkernel.core.config.root import AKConfig, AuthConfig, SessionConfig  # noqa: E402
 from agentkernel.pipeline.process.io_handler import IOHandler  # noqa: E402
 from agentkernel.pipeline.response_store import ResponseStore  # noqa: E402
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore  # noqa: E402

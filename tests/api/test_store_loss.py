@@ -19,8 +19,7 @@ import pytest
 
 redis = pytest.importorskip("redis")
 
-from agentkernel.core.config.backends import RedisStoreConfig  # noqa: E402
-from agentkernel.core.config.root import SessionConfig  # noqa: E402
+from agentkernel.core.config.stores import RedisStoreConfig, SessionConfig  # noqa: E402
 from agentkernel.pipeline.process.io_handler import IOHandler  # noqa: E402
 from agentkernel.pipeline.response_store.redis import RedisResponseStore  # noqa: E402
 from agentkernel.pipeline.runtime.metrics import METRICS  # noqa: E402

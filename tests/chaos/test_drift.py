@@ -34,7 +34,7 @@ from typing import Any
 import httpx
 import pytest
 
-from agentkernel.core.config.root import NatsQueueConfig
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.watch import CHECK_SECONDS

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from agentkernel.core.config.root import NatsQueueConfig
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.transport.nats import partition_of
 from tests.chaos.workload import Turn
 

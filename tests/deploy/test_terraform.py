@@ -320,7 +320,7 @@ def test_ecs_stop_timeout_exceeds_the_runner_drain(max_turn) -> None:
     overrides = {} if max_turn is None else {"max_turn_seconds": max_turn}
     locals_ = a.locals_of(a.ECS)
     drain = a.evaluate(locals_["runner_drain_seconds"], a.ECS, overrides)
-    from agentkernel.core.config.root import SQSQueueConfig
+    from agentkernel.core.config.queues import SQSQueueConfig
 
     longest_poll = SQSQueueConfig().wait_time_seconds
     turn = overrides.get("max_turn_seconds", a.defaults(a.ECS)["max_turn_seconds"])

@@ -22,7 +22,7 @@ from websockets.exceptions import ConnectionClosed
 from agentkernel import Agent, AgentRegistry, Module
 from agentkernel.aws import Lambda, ResponseHandler, ServerlessAgentRunner
 from agentkernel.aws import WebsocketConnectionHandler as Connections
-from agentkernel.core.config.root import AuthConfig
+from agentkernel.core.config.auth import AuthConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
 from tests.api.conftest import Server, make_config, poll

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config.root import LimitsConfig
+from agentkernel.core.config.limits import LimitsConfig
 from tests.api.conftest import Server, start_server  # noqa: F401 - fixture
 
 STATUS = re.compile(rb"HTTP/1\.1 (\d{3}) ")

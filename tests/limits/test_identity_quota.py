@@ -13,7 +13,8 @@ import httpx
 import pytest
 import websockets.sync.client as ws_client
 
-from agentkernel.core.config.root import AuthConfig, LimitsConfig
+from agentkernel.core.config.auth import AuthConfig
+from agentkernel.core.config.limits import LimitsConfig
 from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.response_store.in_memory import InMemoryResponseStore
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport

@@ -6,7 +6,8 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config.root import AuthConfig, LimitsConfig
+from agentkernel.core.config.auth import AuthConfig
+from agentkernel.core.config.limits import LimitsConfig
 from tests.api.conftest import start_server  # noqa: F401 - fixture
 
 AUTH = AuthConfig.model_validate(

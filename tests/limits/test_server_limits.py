@@ -14,7 +14,8 @@ import pytest
 import websockets.sync.client as ws_client
 from websockets.exceptions import ConnectionClosedError
 
-from agentkernel.core.config.root import ApiConfig, LimitsConfig
+from agentkernel.core.config.api import ApiConfig
+from agentkernel.core.config.limits import LimitsConfig
 from agentkernel.pipeline.http.httptools_limits import HttptoolsLimitsProtocol
 from agentkernel.pipeline.http.server_limits import HeaderTimeoutProtocol, server_options
 from tests.api.conftest import Server, start_server  # noqa: F401 - fixture

@@ -11,7 +11,8 @@ import pytest
 import websockets.sync.client as ws_client
 from websockets.exceptions import InvalidStatus
 
-from agentkernel.core.config.root import AuthConfig, LimitsConfig
+from agentkernel.core.config.auth import AuthConfig
+from agentkernel.core.config.limits import LimitsConfig
 from tests.api.conftest import Server, start_server  # noqa: F401 - fixture
 
 KEYS = {"alice": "alice-key-limits-1", "bob": "bob-key-limits-2"}

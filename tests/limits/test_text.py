@@ -49,7 +49,7 @@ def test_the_log_filter_makes_one_record_one_line() -> None:
 @pytest.fixture
 def logged(start_server) -> Iterator[Server]:  # type: ignore[no-untyped-def]  # noqa: F811
     auth = {"enabled": True, "jwt": {"secret": SECRET}}
-    from agentkernel.core.config.root import AuthConfig
+    from agentkernel.core.config.auth import AuthConfig
 
     yield start_server(auth=AuthConfig.model_validate(auth), access_log=True)
 

@@ -12,7 +12,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentkernel.core import logs
-from agentkernel.core.config.root import LoggingConfig
+from agentkernel.core.config.logs import LoggingConfig
 
 
 @pytest.fixture

@@ -15,7 +15,7 @@ import pytest
 from pydantic import SecretStr
 
 from agentkernel.aws.ecs import ECSIOHandler
-from agentkernel.core.config.root import AuthConfig
+from agentkernel.core.config.auth import AuthConfig
 from agentkernel.pipeline.http import playground
 from agentkernel.pipeline.process.io_handler import IOHandler
 from tests.api.conftest import Server, make_config, registry

@@ -8,7 +8,7 @@ from collections.abc import Iterator
 
 import pytest
 
-from agentkernel.core.config.root import PostgresStoreConfig
+from agentkernel.core.config.stores import PostgresStoreConfig
 
 
 class Schemas:

@@ -15,7 +15,7 @@ import psycopg
 import pytest
 
 from agentkernel.cli.commands import main
-from agentkernel.core.config.root import PostgresStoreConfig, ResponseStoreConfig, SessionConfig
+from agentkernel.core.config.stores import PostgresStoreConfig, ResponseStoreConfig, SessionConfig
 from agentkernel.core.errors import (
     AKConfigError,
     SessionStoreError,

@@ -13,7 +13,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import boto3
 import pytest
 
-from agentkernel.core.config.root import LimitsConfig
+from agentkernel.core.config.limits import LimitsConfig
 from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
 from agentkernel.core.redis_client import redis_client
 from agentkernel.pipeline.front.quota import IdentityQuota

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import boto3
 import pytest
 
-from agentkernel.core.config.root import ResponseStoreConfig
+from agentkernel.core.config.stores import ResponseStoreConfig
 from agentkernel.core.errors import AKConfigError, ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.response_store import ResponseStore, create_response_store
 from agentkernel.pipeline.response_store.dynamodb import DynamoDBResponseStore

@@ -12,7 +12,8 @@ import pytest
 from pydantic import ValidationError
 
 from agentkernel.auth import qualified_identity
-from agentkernel.core.config.root import AuthConfig, SessionConfig
+from agentkernel.core.config.auth import AuthConfig
+from agentkernel.core.config.stores import SessionConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.session_store import SessionStore
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption

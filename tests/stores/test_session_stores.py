@@ -8,7 +8,7 @@ import uuid
 import boto3
 import pytest
 
-from agentkernel.core.config.root import SessionConfig
+from agentkernel.core.config.stores import SessionConfig
 from agentkernel.core.errors import (
     AKConfigError,
     SessionStoreError,

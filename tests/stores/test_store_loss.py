@@ -21,7 +21,7 @@ redis = pytest.importorskip("redis")
 
 from agentkernel import Agent, AgentRegistry, Turn  # noqa: E402
 from agentkernel.core import redis_guard  # noqa: E402
-from agentkernel.core.config.root import RunnerConfig  # noqa: E402
+from agentkernel.core.config.execution import RunnerConfig  # noqa: E402
 from agentkernel.core.errors import (  # noqa: E402
     AKConfigError,
     StoreDataLostError,

@@ -14,7 +14,7 @@ import sys
 
 from confluent_kafka.admin import AdminClient
 
-from agentkernel.core.config.root import KafkaQueueConfig
+from agentkernel.core.config.queues import KafkaQueueConfig
 from agentkernel.pipeline.transport.bookkeeping import RedisBookkeepingStore
 from agentkernel.pipeline.transport.kafka import KafkaTransport
 from agentkernel.pipeline.transport.kafka.identity import bookkeeping_prefix, cluster_id

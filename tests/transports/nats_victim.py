@@ -7,7 +7,7 @@ Arguments: the settings as JSON and how many messages to fetch. Prints one JSON 
 import json
 import sys
 
-from agentkernel.core.config.root import NatsQueueConfig
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.transport.nats import NatsTransport
 from agentkernel.pipeline.wire.envelope import QueueName
 

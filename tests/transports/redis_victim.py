@@ -7,7 +7,7 @@ Arguments: the settings as JSON and how many messages to fetch. Prints one JSON 
 import json
 import sys
 
-from agentkernel.core.config.root import RedisQueueConfig
+from agentkernel.core.config.queues import RedisQueueConfig
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.wire.envelope import QueueName
 

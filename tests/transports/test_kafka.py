@@ -7,7 +7,7 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config.root import KafkaQueueConfig
+from agentkernel.core.config.queues import KafkaQueueConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport

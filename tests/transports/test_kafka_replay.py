@@ -18,7 +18,7 @@ from typing import Any
 import pytest
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.base import REMEMBERED_TURNS
 from agentkernel.pipeline.session_store.redis import RedisSessionStore

@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config.root import NatsQueueConfig, QueuesConfig
+from agentkernel.core.config.queues import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.testing import QueueTransportContract

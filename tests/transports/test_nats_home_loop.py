@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from agentkernel.core.config.root import NatsQueueConfig
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.transport.nats import NatsTransport
 from agentkernel.pipeline.transport.nats.changes import Changes

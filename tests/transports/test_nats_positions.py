@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from agentkernel import Agent, AgentRegistry
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.nats import NatsTransport

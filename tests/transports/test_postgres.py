@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import psycopg
 import pytest
 
-from agentkernel.core.config.root import PostgresQueueConfig
+from agentkernel.core.config.queues import PostgresQueueConfig
 from agentkernel.pipeline.postgres.schema import migrate
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport

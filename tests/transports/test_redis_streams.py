@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 
 import pytest
 
-from agentkernel.core.config.root import RedisQueueConfig
+from agentkernel.core.config.queues import RedisQueueConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
 from agentkernel.core.redis_client import redis_client
 from agentkernel.pipeline.testing import QueueTransportContract

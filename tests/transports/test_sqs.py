@@ -8,7 +8,7 @@ import uuid
 import boto3
 import pytest
 
-from agentkernel.core.config.root import QueuesConfig
+from agentkernel.core.config.queues import QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport

@@ -15,7 +15,7 @@ from tests.api.conftest import Server
 from tests.turn_control.helpers import WATCH, cancel, post_async, reply
 from websockets.sync.client import connect
 
-from agentkernel.core.config.root import AuthConfig
+from agentkernel.core.config.auth import AuthConfig
 
 
 def sid() -> str:

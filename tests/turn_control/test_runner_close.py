@@ -18,7 +18,7 @@ import pytest
 from tests.runner_config import config_with
 
 from agentkernel import Agent, AgentRegistry, Turn
-from agentkernel.core.config.root import RunnerConfig
+from agentkernel.core.config.execution import RunnerConfig
 from agentkernel.core.errors import SessionStoreUnavailableError
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store import SessionStore

@@ -9,7 +9,7 @@ import uuid
 from tests.api.conftest import Server
 from tests.turn_control.helpers import WATCH, post_async, reply
 
-from agentkernel.core.config.root import MultitaskStrategy
+from agentkernel.core.config.turns import MultitaskStrategy
 
 
 def sid() -> str:

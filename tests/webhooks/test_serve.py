@@ -14,7 +14,7 @@ import httpx
 import pytest
 import websockets.sync.client as ws_client
 
-from agentkernel.core.config.root import RedisQueueConfig
+from agentkernel.core.config.queues import RedisQueueConfig
 from agentkernel.core.config.webhooks import WebhooksConfig
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.runtime.metrics import METRICS

@@ -28,7 +28,8 @@ from agentkernel.aws.lambda_consumer import LambdaSQSConsumer
 from agentkernel.aws.settings import ecs_config
 from agentkernel.aws.websocket import ConnectionStore
 from agentkernel.core.botocore_errors import botocore_errors, client, error_code
-from agentkernel.core.config.root import AKConfig, QueuesConfig
+from agentkernel.core.config.queues import QueuesConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import ResponseStoreError, StoreError, StoreUnavailableError
 from agentkernel.pipeline.response_store import ResponseStore, create_response_store
 from agentkernel.pipeline.response_store.frames import chunk_frames, done_frame

@@ -13,7 +13,8 @@ import threading
 from collections.abc import Iterator
 from typing import Any
 
-from agentkernel.core.config.root import AKConfig, SQSQueueConfig
+from agentkernel.core.config.queues import SQSQueueConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import TransportError
 from agentkernel.core.extras import require_extra
 from agentkernel.core.redact import redact_url

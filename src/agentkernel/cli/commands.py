@@ -26,7 +26,8 @@ from agentkernel.cli import sessions as cli_sessions
 from agentkernel.cli.server import add_server_options
 from agentkernel.core import logs
 from agentkernel.core.agent import AgentRegistry
-from agentkernel.core.config.root import AKConfig, MultitaskStrategy
+from agentkernel.core.config.root import AKConfig
+from agentkernel.core.config.turns import MultitaskStrategy
 from agentkernel.core.errors import AKConfigError, StoreError, TransportError
 from agentkernel.core.loading import importable, load_agents
 

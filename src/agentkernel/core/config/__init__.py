@@ -1,7 +1,8 @@
 """Configuration: the ``AKConfig`` model (``root``) and one module per section.
 
 ``agentkernel.core.config`` is a public path (``AKConfig``, ``AKConfigError``, ``require_extra``,
-upstream's model names): every name of :mod:`agentkernel.core.config.root` reads through it.
+upstream's model names): every name of its modules reads through it, looked up in the order below
+(``root`` first, then upstream's underscore names, then the sections).
 """
 
 from __future__ import annotations
@@ -11,4 +12,20 @@ from typing import Any
 
 
 def __getattr__(name: str) -> Any:
-    return getattr(importlib.import_module("agentkernel.core.config.root"), name)
+    for module in (
+        "root",
+        "aliases",
+        "execution",
+        "api",
+        "logs",
+        "queues",
+        "stores",
+        "auth",
+        "limits",
+        "turns",
+        "webhooks",
+    ):
+        found = vars(importlib.import_module(f"{__name__}.{module}"))
+        if name in found:
+            return found[name]
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -6,10 +6,10 @@ from typing import Literal
 
 from pydantic import Field, SecretStr
 
-from agentkernel.core.config.backends import Block as _Block
+from agentkernel.core.config.base import Block
 
 
-class WebSocketConfig(_Block):
+class WebSocketConfig(Block):
     """``api.websocket``: serverless WebSocket connections (API Gateway)."""
 
     connections_table: str | None = Field(
@@ -25,7 +25,7 @@ class WebSocketConfig(_Block):
     )
 
 
-class ApiKeyConfig(_Block):
+class ApiKeyConfig(Block):
     """One API key and the identity it stands for."""
 
     user: str = Field(min_length=1, description="User id the key authenticates as.")
@@ -39,7 +39,7 @@ def _hs256() -> list[JwtAlgorithm]:
     return ["HS256"]
 
 
-class JwtConfig(_Block):
+class JwtConfig(Block):
     """``api.auth.jwt``: bearer tokens signed with a shared secret or a key pair."""
 
     algorithms: list[JwtAlgorithm] = Field(
@@ -56,7 +56,7 @@ class JwtConfig(_Block):
     leeway: float = Field(0.0, ge=0, description="Seconds of clock skew allowed for 'exp'.")
 
 
-class AuthConfig(_Block):
+class AuthConfig(Block):
     """``api.auth``: who may call the API (off by default)."""
 
     enabled: bool = Field(

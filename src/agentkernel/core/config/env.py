@@ -16,6 +16,8 @@ from collections.abc import Sequence
 
 from pydantic import BaseModel
 
+from agentkernel.core.upstream import model_of
+
 PREFIX = "AK_"
 NESTING = "__"
 
@@ -61,11 +63,11 @@ def _is_block(model: type[BaseModel], path: list[str]) -> bool:
     """Whether ``path`` names a field of ``model`` whose value is a block, mapping or list."""
     annotation: object = model
     for part in path:
-        block = _model_of(annotation)
+        block = model_of(annotation)
         if block is None or part not in block.model_fields:
             return False
         annotation = block.model_fields[part].annotation
-    return _model_of(annotation) is not None or _container(annotation)
+    return model_of(annotation) is not None or _container(annotation)
 
 
 def _options(annotation: object) -> tuple[object, ...]:
@@ -73,13 +75,6 @@ def _options(annotation: object) -> tuple[object, ...]:
     if typing.get_origin(annotation) in (typing.Union, types.UnionType):
         return typing.get_args(annotation)
     return (annotation,)
-
-
-def _model_of(annotation: object) -> type[BaseModel] | None:
-    for option in _options(annotation):
-        if isinstance(option, type) and issubclass(option, BaseModel):
-            return option
-    return None
 
 
 def _container(annotation: object) -> bool:

@@ -14,8 +14,8 @@ from typing import TYPE_CHECKING
 from agentkernel.core.errors import AKConfigError
 
 if TYPE_CHECKING:
-    from agentkernel.core.config.backends import KafkaQueueConfig, ResponseStoreConfig
-    from agentkernel.core.config.root import SessionConfig
+    from agentkernel.core.config.queues import KafkaQueueConfig
+    from agentkernel.core.config.stores import ResponseStoreConfig, SessionConfig
 
 #: The one-line reason a Kafka transport with nowhere to keep its bookkeeping refuses to start.
 NO_SHARED_STORE = (

@@ -1,5 +1,4 @@
-"""The configuration model of the API's limits (``api.limits``); re-exported by
-:mod:`agentkernel.core.config.root`.
+"""The configuration model of the API's limits (``api.limits``).
 
 Every limit has a production default; ``null`` switches an optional one off. Durations are float
 seconds, sizes bytes.
@@ -11,7 +10,7 @@ from typing import Literal
 
 from pydantic import Field
 
-from agentkernel.core.config.backends import Block
+from agentkernel.core.config.base import Block
 
 #: Routes that ``api.limits.public_routes`` may open to callers without a credential.
 PublicRoute = Literal["metrics", "docs"]

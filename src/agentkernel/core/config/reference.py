@@ -62,8 +62,7 @@ def rows(model: type[BaseModel], prefix: str = "") -> list[str]:
         key = prefix + name
         nested = _model_of(field.annotation)
         if nested is not None:
-            optional = field.default is None
-            note = " (*optional block*)" if optional else ""
+            note = " (*optional block*)" if field.default is None else ""
             out.append(f"| `{key}` | block | | {field.description}{note} |")
             out.extend(rows(nested, key + "."))
             continue

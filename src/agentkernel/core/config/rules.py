@@ -6,7 +6,8 @@ that must stay readable for as long as the broker drops a re-sent copy of its tu
 
 from __future__ import annotations
 
-from agentkernel.core.config.backends import QueuesConfig, ResponseStoreConfig
+from agentkernel.core.config.queues import QueuesConfig
+from agentkernel.core.config.stores import ResponseStoreConfig
 from agentkernel.core.errors import AKConfigError
 
 #: SQS FIFO queues drop a repeated MessageDeduplicationId for a fixed five minutes.

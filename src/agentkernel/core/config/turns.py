@@ -1,5 +1,4 @@
-"""The configuration model of turn control (``execution.turn_control``); re-exported by
-:mod:`agentkernel.core.config.root`."""
+"""The configuration model of turn control (``execution.turn_control``)."""
 
 from __future__ import annotations
 
@@ -7,7 +6,7 @@ from enum import StrEnum
 
 from pydantic import Field
 
-from agentkernel.core.config.backends import Block
+from agentkernel.core.config.base import Block
 
 
 class MultitaskStrategy(StrEnum):

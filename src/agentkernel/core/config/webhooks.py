@@ -1,5 +1,4 @@
-"""The configuration model of completion webhooks (``api.webhooks``); re-exported by
-:mod:`agentkernel.core.config.root`.
+"""The configuration model of completion webhooks (``api.webhooks``).
 
 Webhooks are off until a ``secret`` is set and ``allowed_hosts`` names the receivers: a request
 carrying ``webhook`` is refused before that. Durations are float seconds.
@@ -13,7 +12,7 @@ from typing import Annotated
 
 from pydantic import Field, SecretStr, StringConstraints, field_validator
 
-from agentkernel.core.config.backends import Block
+from agentkernel.core.config.base import Block
 
 #: An ``allowed_hosts`` entry: ``*``, a host name or IP literal, or ``*.`` and a domain.
 HostPattern = Annotated[

@@ -13,7 +13,7 @@ from __future__ import annotations
 import logging
 
 from agentkernel.core.blocking import call
-from agentkernel.core.config.root import ApiConfig
+from agentkernel.core.config.api import ApiConfig
 from agentkernel.core.errors import StoreError
 from agentkernel.pipeline.front.answers import RETRY_AFTER_SECONDS
 from agentkernel.pipeline.response_store.base import ResponseStore

@@ -26,7 +26,7 @@ from typing import Any
 from urllib.parse import parse_qs
 
 from agentkernel.auth import ApiKeyValidator, AuthValidator, JwtValidator, alias
-from agentkernel.core.config.root import AuthConfig
+from agentkernel.core.config.auth import AuthConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import resolve_dotted
 from agentkernel.core.redact import printable

@@ -28,7 +28,7 @@ from typing import Any
 import h11
 from uvicorn.protocols.http.h11_impl import H11Protocol
 
-from agentkernel.core.config.root import ApiConfig
+from agentkernel.core.config.api import ApiConfig
 from agentkernel.pipeline.http.head_limits import TOO_LARGE_RESPONSE, HeadLimits
 
 __all__ = ["HeaderTimeoutProtocol", "http_protocol", "server_options"]

@@ -19,7 +19,7 @@ from collections.abc import AsyncIterator
 from fastapi import WebSocket
 from fastapi.responses import JSONResponse
 
-from agentkernel.core.config.root import LimitsConfig
+from agentkernel.core.config.limits import LimitsConfig
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.runtime.metrics import METRICS
 

@@ -16,7 +16,7 @@ from contextlib import AbstractContextManager, contextmanager
 
 from psycopg import sql
 
-from agentkernel.core.config.backends import PostgresStoreConfig
+from agentkernel.core.config.stores import PostgresStoreConfig
 from agentkernel.core.errors import StoreDataLostError, StoreError, StoreUnavailableError
 from agentkernel.pipeline.postgres.client import Connection, open_pool, pg_errors, pooled
 from agentkernel.pipeline.postgres.schema import EXPIRING, establish, query_in

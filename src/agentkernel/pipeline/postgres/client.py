@@ -25,7 +25,7 @@ import psycopg
 from psycopg import errors as pg
 from psycopg_pool import ConnectionPool, PoolTimeout
 
-from agentkernel.core.config.backends import PostgresStoreConfig
+from agentkernel.core.config.stores import PostgresStoreConfig
 from agentkernel.core.errors import AKConfigError, StoreDataLostError, StoreFullError
 
 logger = logging.getLogger(__name__)

@@ -15,7 +15,8 @@ from typing import Protocol
 
 import uvicorn
 
-from agentkernel.core.config.root import AKConfig, SQSQueueConfig
+from agentkernel.core.config.queues import SQSQueueConfig
+from agentkernel.core.config.root import AKConfig
 from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.http.listener import accept_backlog, refuse_new_connections

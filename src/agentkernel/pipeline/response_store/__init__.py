@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentkernel.core.config.root import ResponseStoreConfig
+from agentkernel.core.config.stores import ResponseStoreConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
 from agentkernel.pipeline.response_store.base import ResponseStore

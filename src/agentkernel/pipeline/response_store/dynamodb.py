@@ -43,7 +43,7 @@ from agentkernel.core.botocore_errors import (
     error_code,
     table_check,
 )
-from agentkernel.core.config.root import DynamoDBStoreConfig
+from agentkernel.core.config.stores import DynamoDBStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.quota.dynamodb import TTL_ATTRIBUTE

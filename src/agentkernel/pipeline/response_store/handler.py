@@ -23,7 +23,7 @@ import logging
 import threading
 
 from agentkernel.core.blocking import nonblocking_async
-from agentkernel.core.config.root import QueuesConfig
+from agentkernel.core.config.queues import QueuesConfig
 from agentkernel.core.errors import StoreError
 from agentkernel.pipeline.consumer.base import QueueConsumer
 from agentkernel.pipeline.consumer.handler import as_async

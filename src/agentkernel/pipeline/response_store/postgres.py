@@ -34,7 +34,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from agentkernel.core.config.backends import PostgresStoreConfig
+from agentkernel.core.config.stores import PostgresStoreConfig
 from agentkernel.core.errors import ResponseStoreError, StoreUnavailableError
 from agentkernel.pipeline.postgres.backing import EPOCH, Backing
 from agentkernel.pipeline.postgres.client import conninfo

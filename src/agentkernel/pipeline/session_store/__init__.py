@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from agentkernel.core.config.root import SessionConfig
+from agentkernel.core.config.stores import SessionConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
 from agentkernel.pipeline.session_store.base import SessionRecord, SessionStore, TurnOutcome

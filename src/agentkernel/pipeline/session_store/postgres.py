@@ -22,7 +22,7 @@ and timeouts become :class:`SessionStoreUnavailableError` (worth retrying), anyt
 
 from __future__ import annotations
 
-from agentkernel.core.config.backends import PostgresStoreConfig
+from agentkernel.core.config.stores import PostgresStoreConfig
 from agentkernel.core.errors import (
     SessionStoreError,
     SessionStoreUnavailableError,

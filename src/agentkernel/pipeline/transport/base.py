@@ -14,7 +14,7 @@ from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
 from agentkernel.core.blocking import call
-from agentkernel.core.config.root import QueuesConfig
+from agentkernel.core.config.queues import QueuesConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.lazy import lazy_getattr
 from agentkernel.pipeline.runtime.event_loop import LoopThread

@@ -12,7 +12,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ValidationError
 
-from agentkernel.core.config.root import AKConfig, QueuesConfig, describe_block
+from agentkernel.core.config.queues import QueuesConfig
+from agentkernel.core.config.root import AKConfig, describe_block
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.extras import require_extra, resolve_dotted
 from agentkernel.pipeline.transport.base import (

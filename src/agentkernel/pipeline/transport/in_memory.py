@@ -25,7 +25,7 @@ import uuid
 from collections.abc import Callable
 from typing import Any, ClassVar
 
-from agentkernel.core.config.root import InMemoryQueueConfig, QueuesConfig
+from agentkernel.core.config.queues import InMemoryQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError
 from agentkernel.pipeline.runtime.event_loop import resolve_soon
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer

@@ -37,8 +37,7 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from agentkernel.core.config.backends import PostgresQueueConfig
-from agentkernel.core.config.root import QueuesConfig
+from agentkernel.core.config.queues import PostgresQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.postgres import queue_sql as q
 from agentkernel.pipeline.postgres.client import conninfo, open_pool, pg_errors, pooled

@@ -29,7 +29,7 @@ import boto3
 from botocore.config import Config
 
 from agentkernel.core.botocore_errors import botocore_errors, error_code
-from agentkernel.core.config.root import QueuesConfig, SQSQueueConfig
+from agentkernel.core.config.queues import QueuesConfig, SQSQueueConfig
 from agentkernel.core.errors import (
     AKConfigError,
     MessageRejectedError,

@@ -16,7 +16,7 @@ from confluent_kafka import KafkaError, KafkaException, Producer
 from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-defined]
 
 from agentkernel.core.config.kafka import require_shared
-from agentkernel.core.config.root import KafkaQueueConfig, QueuesConfig
+from agentkernel.core.config.queues import KafkaQueueConfig, QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.bookkeeping import (

@@ -9,7 +9,7 @@ import logging
 from collections.abc import Callable
 from typing import Any
 
-from agentkernel.core.config.root import NatsQueueConfig
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 from agentkernel.pipeline.transport.redelivery import backoff
 

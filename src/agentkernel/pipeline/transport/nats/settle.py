@@ -18,7 +18,7 @@ import logging
 from collections.abc import Coroutine
 from typing import Any
 
-from agentkernel.core.config.root import NatsQueueConfig
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id

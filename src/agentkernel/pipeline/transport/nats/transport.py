@@ -34,7 +34,7 @@ from typing import Any, ClassVar
 
 import nats
 
-from agentkernel.core.config.root import NatsQueueConfig, QueuesConfig
+from agentkernel.core.config.queues import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import MessageRejectedError, TransportError
 from agentkernel.core.redact import redact_url
 from agentkernel.pipeline.runtime.event_loop import LoopThread

@@ -14,7 +14,7 @@ from typing import Any
 
 import redis
 
-from agentkernel.core.config.root import QueuesConfig, RedisQueueConfig
+from agentkernel.core.config.queues import QueuesConfig, RedisQueueConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.core.redis_client import node_for, redis_client
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
