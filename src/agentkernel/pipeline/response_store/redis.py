@@ -224,9 +224,7 @@ class RedisResponseStore(ResponseStore):
             return self._record(request_id, values), [json.loads(item) for item in raw]
 
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
-        def changed() -> bool:
-            return self._changed(request_id, seen)
-
+        changed = functools.partial(self._changed, request_id, seen)
         # Only a new chunk or the record publishes on the channel: a wake-up is a change.
         return await self._wait_until(request_id, timeout, changed, wake_is_change=True)
 
@@ -268,8 +266,7 @@ class RedisResponseStore(ResponseStore):
         """
         deadline = time.monotonic() + timeout
         while True:
-            listener = self._listener
-            if listener is None or not listener.is_alive():
+            if not self._listening():
                 with _errors("subscription to replies"):
                     await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
             remaining = deadline - time.monotonic()
@@ -281,7 +278,7 @@ class RedisResponseStore(ResponseStore):
 
     def _ensure_listener(self) -> None:
         with self._lock:
-            if self._listener is not None and self._listener.is_alive():
+            if self._listening():
                 return
             if self._pubsub is not None:
                 self._pubsub.close()  # the previous listener's connection dropped
@@ -330,9 +327,8 @@ class RedisResponseStore(ResponseStore):
         return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
 
     def _erase_turn(self, request_id: str) -> bool:
-        keys = [self._key(request_id), self._ticket_key(request_id), self._chunks_key(request_id)]
-        if self._upstream_prefix is not None:  # a reply upstream wrote before a migration
-            keys.append(f"{self._upstream_prefix}{request_id}")
+        keys = self._record_keys(request_id)  # with a reply upstream wrote before a migration
+        keys += [self._ticket_key(request_id), self._chunks_key(request_id)]
         with _errors(f"erase of {request_id}"):
             return int(self._redis.delete(*keys)) > 0
 
