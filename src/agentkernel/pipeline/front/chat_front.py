@@ -20,32 +20,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import threading
-from collections.abc import AsyncIterator, Mapping
-from typing import Any
+from collections.abc import Mapping
 
 from agentkernel.core.agent import AgentRegistry
 from agentkernel.core.blocking import call
 from agentkernel.core.config.root import AKConfig
 from agentkernel.core.errors import MessageRejectedError, StoreError
 from agentkernel.core.log_limit import RateLimitedLog
-from agentkernel.pipeline.front.admission import admit, known_to, missing_reply
+from agentkernel.pipeline.front.admission import admit
 from agentkernel.pipeline.front.answers import (
     Answer,
     ChatCall,
     StreamAnswer,
     TurnAddress,
     accepted,
-    record_answer,
 )
 from agentkernel.pipeline.front.quota import IdentityQuota
+from agentkernel.pipeline.front.reads import ChatReads
 from agentkernel.pipeline.front.request_ids import RequestIds
 from agentkernel.pipeline.front.sessions import SessionsAPI
-from agentkernel.pipeline.front.store_errors import store_error
 from agentkernel.pipeline.front.turn_control import TurnControlAPI
 from agentkernel.pipeline.response_store import ResponseStore
-from agentkernel.pipeline.response_store.frames import read_frames
-from agentkernel.pipeline.response_store.watch import ReplyWatch
 from agentkernel.pipeline.runtime import tracing
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.runtime.readiness import CheckedStore, readiness
@@ -71,7 +66,6 @@ from agentkernel.pipeline.wire.envelope import (
     QueueMessage,
     QueueName,
 )
-from agentkernel.pipeline.wire.records import ResponseRecord
 
 __all__ = [
     "CHAT_PATH",
@@ -86,8 +80,11 @@ __all__ = [
 logger = logging.getLogger(__name__)
 
 
-class ChatFront:
+class ChatFront(ChatReads):
     """The chat API over a transport and a response store, as plain data in and out.
+
+    The read side (``get_chat``, ``resume_stream``, ``frames``, ``wait_reply``, the ``rest_sync``
+    waiters) comes from :class:`~agentkernel.pipeline.front.reads.ChatReads`.
 
     Args:
         transport: where turns are enqueued.
@@ -107,14 +104,12 @@ class ChatFront:
         registry: AgentRegistry | None = None,
         sessions: SessionStore | None = None,
     ) -> None:
+        super().__init__()
         self.transport, self.store = transport, store
         self.config = config if config is not None else AKConfig.get()
         self.registry = registry if registry is not None else AgentRegistry.default()
         self._log = RateLimitedLog(logger)
         self.ids = RequestIds(self.config.api, store)
-        self._waiters: dict[asyncio.Future[None], asyncio.AbstractEventLoop] = {}
-        self._waiters_lock = threading.Lock()
-        self._released = False
         self.quota = IdentityQuota(store, self.config.api.limits)
         self.webhooks = WebhookCheck(self.config.api.webhooks)
         control = self.config.execution.turn_control
@@ -122,25 +117,6 @@ class ChatFront:
         self.turn_ops = TurnControlAPI(store, self._sessions, control, self.quota)
         #: What ``GET /ready`` checks beside the broker (an embedded runner adds its sessions).
         self.stores: dict[str, CheckedStore] = {"response_store": store}
-
-    # -- shutdown -------------------------------------------------------------------------------
-
-    def waiting(self) -> int:
-        """How many ``rest_sync`` requests are waiting for their reply right now."""
-        with self._waiters_lock:
-            return len(self._waiters)
-
-    def release_waiters(self) -> None:
-        """Answer every waiting ``rest_sync`` request (and later ones) with 503 at once.
-
-        Called from any thread by a process that is shutting down: each caller gets its
-        ``request_id`` and a ``Location`` to poll instead of a dropped connection.
-        """
-        with self._waiters_lock:
-            self._released = True
-            waiters = list(self._waiters.items())
-        for future, loop in waiters:
-            loop.call_soon_threadsafe(_resolve, future)
 
     # -- chat ---------------------------------------------------------------------------------
 
@@ -234,57 +210,6 @@ class ChatFront:
         await self._admit(chat, turn, identity, open_turn=True)
         await self._enqueue(chat, turn, traceparent_or_new(traceparent), identity, attributes)
 
-    async def get_chat(
-        self, session_id: str | None, request_id: str | None, identity: str | None = None
-    ) -> Answer:
-        """The reply of ``request_id`` once it is ready; 404 before, or under another session.
-
-        Both ids are required (400 without one): a reply is only ever read under its session.
-        """
-        try:
-            return await self._get_chat(session_id, request_id, identity)
-        except HTTPError as exc:
-            return Answer.of(exc)
-
-    async def _get_chat(
-        self, session_id: str | None, request_id: str | None, identity: str | None
-    ) -> Answer:
-        if not session_id:
-            raise HTTPError(400, "INVALID_REQUEST", "the session_id query parameter is required")
-        if not request_id:
-            raise _no_request_id()
-        turn = TurnAddress(session_id, request_id)
-        record = await self._read(turn)
-        if record is None or not record.visible_to(session_id, identity):
-            store = self.store
-            try:
-                raise await call(
-                    store.nonblocking, missing_reply, store, session_id, request_id, identity
-                )
-            except StoreError as exc:
-                raise self._store_error(turn, exc) from exc
-        return await self._answered(record, session_id, identity, request_id=request_id)
-
-    async def resume_stream(
-        self, session_id: str, request_id: str, identity: str | None, after: int
-    ) -> Answer | StreamAnswer:
-        """Resume a streamed turn: the chunks after ``after``, then live ones.
-
-        Answers 404 before the first byte of a stream unless ``identity`` may see the turn
-        under ``session_id`` (its ticket or its reply says so).
-        """
-        if not request_id:
-            return Answer.of(_no_request_id())
-        turn, store = TurnAddress(session_id, request_id), self.store
-        try:
-            known = await call(store.nonblocking, known_to, store, session_id, request_id, identity)
-        except StoreError as exc:
-            return Answer.of(self._store_error(turn, exc))
-        if not known:
-            doc = {"error": "NOT_FOUND", "message": "no such turn in this session", **turn.ids}
-            return Answer(404, doc)
-        return StreamAnswer(request_id, session_id, after, identity)
-
     async def socket_request_id(self, client_id: str | None, identity: str | None) -> str:
         """The request id of a WebSocket turn the client named ``client_id``: derived from the
         identity and ``client_id`` only (one id per identity, whatever the session; no chat
@@ -293,29 +218,11 @@ class ChatFront:
         request_id, _ = await self.ids.request_id("", client_id, identity)
         return request_id
 
-    def frames(self, stream: StreamAnswer) -> AsyncIterator[dict[str, Any] | None]:
-        """The frames of a streamed turn (``None``: time for a keep-alive)."""
-        api = self.config.api
-        frames = read_frames(
-            self.store,
-            stream.request_id,
-            stream.session_id,
-            after=stream.after,
-            heartbeat=api.stream_heartbeat,
-            idle_timeout=api.sync_timeout,
-            owner=stream.owner,
-        )
-        return self.quota.reading(frames, stream.owner, stream.request_id)
-
     async def cancel(
         self, session_id: str | None, request_id: str | None, identity: str | None = None
     ) -> Answer:
         """Cancel a queued or running turn (see :mod:`agentkernel.pipeline.front.turn_control`)."""
         return await self.turn_ops.cancel(session_id, request_id, identity)
-
-    async def wait_reply(self, request_id: str) -> ResponseRecord | None:
-        """Wait for a reply up to ``api.sync_timeout`` seconds (the WebSocket front)."""
-        return await self.store.wait(request_id, self.config.api.sync_timeout)
 
     # -- sessions (pipeline.sessions) ---------------------------------------------------------
 
@@ -393,62 +300,6 @@ class ChatFront:
         if opening is not None:
             opening.run()
 
-    async def _read(self, turn: TurnAddress) -> ResponseRecord | None:
-        """The stored reply of ``turn``; a store failure becomes an answer saying where to poll."""
-        try:
-            return await asyncio.to_thread(self.store.get, turn.request_id)
-        except StoreError as exc:
-            raise self._store_error(turn, exc) from exc
-
-    async def _wait(
-        self, turn: TurnAddress, limit: float | None, watch: ReplyWatch
-    ) -> ResponseRecord:
-        """Wait for the reply: 504 after the budget, 503 when this process shuts down."""
-        loop = asyncio.get_running_loop()
-        released: asyncio.Future[None] = loop.create_future()
-        with self._waiters_lock:
-            self._waiters[released] = loop
-            if self._released:
-                released.set_result(None)
-        budget = self.config.execution.response_store.sync_wait(
-            self.config.api.sync_timeout, self.store.pushes
-        )
-        if limit is not None:
-            budget = max(min(budget, limit), 0.0)
-        try:
-            record = await watch.result(budget, released)
-        except StoreError as exc:
-            raise self._store_error(turn, exc) from exc
-        finally:
-            with self._waiters_lock:
-                self._waiters.pop(released, None)
-        if record is not None:
-            return record
-        if not released.done():
-            raise turn.error(504, "TIMEOUT", "no reply within the wait budget; poll for it later")
-        raise turn.error(
-            503,
-            "SHUTTING_DOWN",
-            "the server is shutting down; the turn is queued, poll the Location for its reply",
-        )
-
-    async def _answered(self, record: ResponseRecord, *args: Any, **kwargs: Any) -> Answer:
-        """The answer for a reply shown to its caller, which then counts as read."""
-        answer = record_answer(record, *args, **kwargs)  # refuses one the caller may not see
-        if self.quota.counts(record.owner):  # no thread hop for a turn nobody counts
-            await call(self.store.nonblocking, self.quota.read, record)
-        return answer
-
-    def _store_error(self, turn: TurnAddress, exc: StoreError) -> HTTPError:
-        self._log.log(
-            logging.WARNING,
-            f"store:{type(exc).__name__}",
-            "response store failed for request %s: %s",
-            turn.request_id,
-            exc,
-        )
-        return store_error(turn, exc)
-
     async def _enqueue(
         self,
         chat: ChatRequest,
@@ -503,12 +354,3 @@ def _enqueue_span(
         return contextlib.nullcontext(traceparent)
     about = {"agentkernel.request_id": turn.request_id, "agentkernel.session_id": turn.session_id}
     return tracing.span("enqueue", traceparent, "PRODUCER", about, in_span=True)
-
-
-def _no_request_id() -> HTTPError:
-    return HTTPError(400, "INVALID_REQUEST", "the request_id query parameter is required")
-
-
-def _resolve(future: asyncio.Future[None]) -> None:
-    if not future.done():
-        future.set_result(None)

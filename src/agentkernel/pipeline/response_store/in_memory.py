@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import heapq
 import threading
 import time
@@ -120,9 +121,7 @@ class InMemoryResponseStore(ResponseStore):
             return [] if entry is None else entry[1][after + 1 :]
 
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
-        def changed() -> bool:
-            return self._changed(request_id, seen)
-
+        changed = functools.partial(self._changed, request_id, seen)
         await wait_for_record(self._waiters, request_id, timeout, changed, inline=True)
         return changed()
 

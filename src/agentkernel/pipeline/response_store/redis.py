@@ -51,6 +51,7 @@ from agentkernel.core.redis_errors import connect, redis_errors
 from agentkernel.core.redis_guard import RedisGuard, start_guard
 from agentkernel.pipeline.quota import QuotaLedger
 from agentkernel.pipeline.response_store.base import ResponseStore
+from agentkernel.pipeline.response_store.redis_scripts import ACCEPT, APPEND_CHUNKS, PUT
 from agentkernel.pipeline.response_store.waiters import WaiterRegistry, wait_for_record
 from agentkernel.pipeline.response_store.watch import PushedWatch, announced_record
 from agentkernel.pipeline.wire.records import (
@@ -76,50 +77,6 @@ RECHECK_SECONDS = 1.0
 #: Largest record sent along with its notification, in bytes: every IO process subscribed
 #: receives each one, so a large reply is announced with ``1`` and read by its waiter instead.
 NOTIFY_PAYLOAD_BYTES = 16 * 1024
-
-# Appends frames ARGV[3..], numbered from ARGV[1] on, each only when it is the next index (a
-# redelivered chunk is ignored); when any was new, renews the list's expiry (ARGV[2] ms) and
-# wakes the waiters of every IO process through the reply channel. Returns how many were new.
-_APPEND_CHUNKS = """
-local kept = redis.call('LLEN', KEYS[1])
-local first = tonumber(ARGV[1])
-local added = 0
-for i = 3, #ARGV do
-  if first + i - 3 == kept then
-    redis.call('RPUSH', KEYS[1], ARGV[i])
-    kept = kept + 1
-    added = added + 1
-  end
-end
-if added > 0 then
-  redis.call('PEXPIRE', KEYS[1], ARGV[2])
-  redis.call('PUBLISH', KEYS[2], '1')
-end
-return added
-"""
-
-# Writes reply ARGV[1] for ARGV[2] ms, adds its request id ARGV[3] to its session's set (KEYS[2]),
-# and wakes the waiters of every IO process with ARGV[4] (the reply itself, or '1'). A script
-# rather than a MULTI pipeline: as atomic, one command to send and one answer to read.
-_PUT = """
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SADD', KEYS[2], ARGV[3])
-redis.call('PEXPIRE', KEYS[2], ARGV[2])
-redis.call('PUBLISH', KEYS[3], ARGV[4])
-return 1
-"""
-
-# Keeps ticket ARGV[1] unless one is kept already; returns the kept one (first wins). A missing
-# ticket while the epoch KEYS[2] is not ARGV[3] (or misses are refused: ARGV[4]) returns 0.
-_ACCEPT = """
-local kept = redis.call('GET', KEYS[1])
-if kept then return kept end
-if ARGV[4] == '1' or redis.call('GET', KEYS[2]) ~= ARGV[3] then return 0 end
-redis.call('SET', KEYS[1], ARGV[1], 'PX', ARGV[2])
-redis.call('SADD', KEYS[3], ARGV[5])
-redis.call('PEXPIRE', KEYS[3], ARGV[2])
-return false
-"""
 
 
 class RedisResponseStore(ResponseStore):
@@ -163,9 +120,9 @@ class RedisResponseStore(ResponseStore):
         self._listener: threading.Thread | None = None
         self._pubsub: Any = None
         self._lock = threading.Lock()
-        self._put = self._redis.register_script(_PUT)
-        self._append = self._redis.register_script(_APPEND_CHUNKS)
-        self._accept = self._redis.register_script(_ACCEPT)
+        self._put = self._redis.register_script(PUT)
+        self._append = self._redis.register_script(APPEND_CHUNKS)
+        self._accept = self._redis.register_script(ACCEPT)
         self._guard = RedisGuard(self._redis, prefix, key, allow_eviction=allow_eviction)
         start_guard(self._guard, key)
         self._secret: bytes | None = None
@@ -267,9 +224,7 @@ class RedisResponseStore(ResponseStore):
             return self._record(request_id, values), [json.loads(item) for item in raw]
 
     async def wait_change(self, request_id: str, timeout: float, seen: int) -> bool:
-        def changed() -> bool:
-            return self._changed(request_id, seen)
-
+        changed = functools.partial(self._changed, request_id, seen)
         # Only a new chunk or the record publishes on the channel: a wake-up is a change.
         return await self._wait_until(request_id, timeout, changed, wake_is_change=True)
 
@@ -311,8 +266,7 @@ class RedisResponseStore(ResponseStore):
         """
         deadline = time.monotonic() + timeout
         while True:
-            listener = self._listener
-            if listener is None or not listener.is_alive():
+            if not self._listening():
                 with _errors("subscription to replies"):
                     await asyncio.to_thread(self._ensure_listener)  # may connect: not on the loop
             remaining = deadline - time.monotonic()
@@ -324,7 +278,7 @@ class RedisResponseStore(ResponseStore):
 
     def _ensure_listener(self) -> None:
         with self._lock:
-            if self._listener is not None and self._listener.is_alive():
+            if self._listening():
                 return
             if self._pubsub is not None:
                 self._pubsub.close()  # the previous listener's connection dropped
@@ -373,9 +327,8 @@ class RedisResponseStore(ResponseStore):
         return [m.decode() if isinstance(m, bytes) else str(m) for m in members]
 
     def _erase_turn(self, request_id: str) -> bool:
-        keys = [self._key(request_id), self._ticket_key(request_id), self._chunks_key(request_id)]
-        if self._upstream_prefix is not None:  # a reply upstream wrote before a migration
-            keys.append(f"{self._upstream_prefix}{request_id}")
+        keys = self._record_keys(request_id)  # with a reply upstream wrote before a migration
+        keys += [self._ticket_key(request_id), self._chunks_key(request_id)]
         with _errors(f"erase of {request_id}"):
             return int(self._redis.delete(*keys)) > 0
 

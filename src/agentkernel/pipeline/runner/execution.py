@@ -37,6 +37,9 @@ logger = logging.getLogger(__name__)
 #: CancelledError`` that tidies its state) before its turn is answered without it.
 CANCEL_GRACE_SECONDS = 1.0
 
+#: A turn's reply: its status and body, and the state to commit (``None``: none).
+AgentReply = tuple[int, dict[str, Any], dict[str, Any] | None]
+
 
 class Deadline(Exception):
     """A turn ran past its deadline (distinct from a TimeoutError the agent itself raised)."""
@@ -268,7 +271,7 @@ async def execute(
     stream: Streamer | None,
     turn_timeout: float | None,
     stopped: asyncio.Future[Stop] | None = None,
-) -> tuple[int, dict[str, Any], dict[str, Any] | None]:
+) -> AgentReply:
     """Run the agent; returns the reply's status and body, and the state to commit.
 
     Args:
@@ -284,50 +287,65 @@ async def execute(
         work = agent.run(turn) if stream is None else stream.run(agent)
         result = await bounded(work, timeout, stopped, turn.stopping)
     except Stopped as exc:
-        logger.info(
-            "turn %s of session %s in agent %s stopped: %s",
-            turn.request_id,
-            turn.session_id,
-            turn.agent,
-            exc.stop.kind.value,
-        )
-        _finished(turn.agent, "cancelled", started)
-        status, doc = stopped_doc(exc.stop, turn.session_id, turn.request_id)
-        return status, doc, turn.state if exc.stop.keeps_state else None
+        return _stopped(turn, exc.stop, started)
     except Deadline:
-        logger.error(
-            "turn %s of session %s ran past its %ss deadline in agent %s; cancelled",
-            turn.request_id,
-            turn.session_id,
-            timeout,
-            turn.agent,
-        )
-        _finished(turn.agent, "timeout", started)
-        message = f"agent '{turn.agent}' did not finish within {timeout} seconds"
-        return 504, error_doc("TURN_TIMEOUT", message, turn.session_id, turn.request_id), None
+        return _timed_out(turn, timeout, started)
     except RetryableError:
         _finished(turn.agent, "retry", started)
         raise
     except Exception as exc:
-        logger.error(
-            "turn %s of session %s failed in agent %s on attempt %s: %s: %s",
-            turn.request_id,
-            turn.session_id,
-            turn.agent,
-            turn.attempt,
-            type(exc).__name__,
-            exc,
-            exc_info=True,
-        )
-        _finished(turn.agent, "error", started)
-        message = f"agent '{turn.agent}' failed: {cause_of(exc)}"
-        return 500, error_doc("AGENT_ERROR", message, turn.session_id, turn.request_id), None
+        return _failed(turn, exc, started)
     finally:
         METRICS.inc("agentkernel_turns_in_flight", -1)
     _finished(turn.agent, "ok", started)
     doc = {"result": result, "session_id": turn.session_id, "request_id": turn.request_id}
     # attempt: the delivery that produced this reply (1 unless the turn was redelivered)
     return 200, doc | {"agent": turn.agent, "attempt": turn.attempt}, turn.state
+
+
+def _stopped(turn: Turn, stop: Stop, started: float) -> AgentReply:
+    """The answer of a turn asked to stop; its state is kept only if the stop says so."""
+    logger.info(
+        "turn %s of session %s in agent %s stopped: %s",
+        turn.request_id,
+        turn.session_id,
+        turn.agent,
+        stop.kind.value,
+    )
+    _finished(turn.agent, "cancelled", started)
+    status, doc = stopped_doc(stop, turn.session_id, turn.request_id)
+    return status, doc, turn.state if stop.keeps_state else None
+
+
+def _timed_out(turn: Turn, timeout: float | None, started: float) -> AgentReply:
+    """The 504 of a turn cancelled at its deadline (``timeout`` seconds)."""
+    logger.error(
+        "turn %s of session %s ran past its %ss deadline in agent %s; cancelled",
+        turn.request_id,
+        turn.session_id,
+        timeout,
+        turn.agent,
+    )
+    _finished(turn.agent, "timeout", started)
+    message = f"agent '{turn.agent}' did not finish within {timeout} seconds"
+    return 504, error_doc("TURN_TIMEOUT", message, turn.session_id, turn.request_id), None
+
+
+def _failed(turn: Turn, exc: Exception, started: float) -> AgentReply:
+    """The 500 of a turn whose agent raised ``exc`` (logged with its traceback)."""
+    logger.error(
+        "turn %s of session %s failed in agent %s on attempt %s: %s: %s",
+        turn.request_id,
+        turn.session_id,
+        turn.agent,
+        turn.attempt,
+        type(exc).__name__,
+        exc,
+        exc_info=exc,
+    )
+    _finished(turn.agent, "error", started)
+    message = f"agent '{turn.agent}' failed: {cause_of(exc)}"
+    return 500, error_doc("AGENT_ERROR", message, turn.session_id, turn.request_id), None
 
 
 def _finished(agent: str, status: str, started: float) -> None:
