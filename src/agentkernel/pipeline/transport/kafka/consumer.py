@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from agentkernel.core.config.root import KafkaQueueConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.bookkeeping import BookkeepingStore
 from agentkernel.pipeline.transport.kafka.errors import kafka_errors
 from agentkernel.pipeline.transport.kafka.identity import unit_of
 from agentkernel.pipeline.transport.kafka.partitions import (
@@ -25,9 +27,6 @@ from agentkernel.pipeline.transport.kafka.partitions import (
     order_key,
 )
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
-
-if TYPE_CHECKING:
-    from agentkernel.pipeline.transport.kafka.transport import KafkaTransport
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +41,19 @@ POLL_ERROR_BACKOFF_SECONDS = 1.0
 _CONSUMER_KEY = "execution.queues.kafka (client_config or consumer_config)"
 
 
+class KafkaSource(Protocol):
+    """What a consumer uses of its transport (:class:`~.transport.KafkaTransport`)."""
+
+    settings: KafkaQueueConfig
+    topics: dict[QueueName, str]
+    bookkeeping: BookkeepingStore
+    topic_ids: dict[str, str | None]
+
+    def client_conf(self, **extra: Any) -> dict[str, Any]: ...
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: list[Any]) -> str: ...
+
+
 class KafkaConsumer(TransportConsumer):
     """One consumer-group member; hands out records per key (see the module docstring).
 
@@ -50,7 +62,7 @@ class KafkaConsumer(TransportConsumer):
     during a broker call.
     """
 
-    def __init__(self, transport: KafkaTransport, queue: QueueName) -> None:
+    def __init__(self, transport: KafkaSource, queue: QueueName) -> None:
         s = transport.settings
         self._transport = transport
         self._topic = transport.topics[queue]
@@ -64,7 +76,7 @@ class KafkaConsumer(TransportConsumer):
         self._joined = threading.Event()  # the group gave this member an assignment (maybe empty)
         with kafka_errors(f"consumer of {self._topic}", key=_CONSUMER_KEY):
             self._consumer = Consumer(
-                transport._conf(
+                transport.client_conf(
                     **{
                         "group.id": self._group,
                         "enable.auto.commit": False,

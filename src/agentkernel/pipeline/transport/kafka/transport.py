@@ -58,7 +58,7 @@ class KafkaTransport(QueueTransport):
         self._producer: Any = None
         self._lock = threading.Lock()
         with kafka_errors("admin client", key=_CLIENT_KEY):
-            self._admin = AdminClient(self._conf())
+            self._admin = AdminClient(self.client_conf())
         if bookkeeping is None:
             require_shared(settings)  # a configuration error, before any connection
         metadata = self._metadata()  # one round trip: unreachable fails here, once
@@ -77,7 +77,8 @@ class KafkaTransport(QueueTransport):
         settings: KafkaQueueConfig = require_block(block, "kafka")
         return cls(settings)
 
-    def _conf(self, **extra: Any) -> dict[str, Any]:
+    def client_conf(self, **extra: Any) -> dict[str, Any]:
+        """The librdkafka settings of a client: ours, then ``extra``, then ``client_config``."""
         return {
             "bootstrap.servers": self.settings.bootstrap_servers,
             "logger": _LIBRDKAFKA_LOG,
@@ -127,7 +128,7 @@ class KafkaTransport(QueueTransport):
                 timeout_ms = int(self.settings.delivery_timeout * 1000)
                 with kafka_errors("producer", key=_CLIENT_KEY):
                     self._producer = Producer(
-                        self._conf(
+                        self.client_conf(
                             **{
                                 "enable.idempotence": True,
                                 "acks": "all",
