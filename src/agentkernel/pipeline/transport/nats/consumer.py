@@ -12,15 +12,17 @@ import contextlib
 import functools
 import logging
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nats.js.errors import NotFoundError
 
+from agentkernel.core.config.root import NatsQueueConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.runtime.event_loop import LoopThread
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import Book, Entry, session_key
 from agentkernel.pipeline.transport.nats.changes import Changes
+from agentkernel.pipeline.transport.nats.connection import Connection
 from agentkernel.pipeline.transport.nats.envelope import (
     ENVELOPE_HEADER,
     decode_envelope,
@@ -38,9 +40,6 @@ from agentkernel.pipeline.transport.nats.pull import (
 from agentkernel.pipeline.transport.nats.settle import Settling
 from agentkernel.pipeline.transport.nats.takeover import take_over
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
-
-if TYPE_CHECKING:
-    from agentkernel.pipeline.transport.nats import NatsTransport
 
 logger = logging.getLogger(__name__)
 
@@ -62,6 +61,23 @@ REFRESH_AFTER_SECONDS = 1.0
 OLD_INBOX_SECONDS = PULL_SECONDS + LOST_ANSWER_SECONDS
 
 
+class NatsSource(Protocol):
+    """What a consumer uses of its transport (:class:`~.transport.NatsTransport`)."""
+
+    settings: NatsQueueConfig
+    #: Queue -> (stream name, subject prefix).
+    streams: dict[QueueName, tuple[str, str]]
+    conn: Connection
+
+    def run(self, coro: Any, timeout: float | None = None, *, lookup: bool = False) -> Any: ...
+
+    def stream_unit(self, queue: QueueName) -> str: ...
+
+    def owner_lease(self, queue: QueueName) -> float: ...
+
+    def fetch_fault(self, queue: QueueName) -> str: ...
+
+
 class NatsConsumer(Settling):
     """Owns a share of the partitions (see :mod:`.owners`) and pulls only from those.
 
@@ -72,7 +88,7 @@ class NatsConsumer(Settling):
     handed out) and sends the acknowledgement, confirmed in the background (see :mod:`.acks`).
     """
 
-    def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
+    def __init__(self, transport: NatsSource, queue: QueueName) -> None:
         self._transport = transport
         self._queue = queue
         self._stream, self._prefix = transport.streams[queue]
