@@ -175,13 +175,10 @@ class Broker:
         )
 
     def settle(self, message: QueueMessage, *, requeue: bool) -> None:
-        handle = message.native
-        if not isinstance(handle, Handle):
-            raise ValueError("message was not fetched from an in-memory transport")
+        handle = _handle(message)
         q = handle.queue
         with q.cond:
-            lease = q.leased.get(handle.group)
-            if lease is None or lease.token != handle.token:
+            if (lease := q.current(handle)) is None:
                 return  # stale handle: the lease expired and the message was handed out again
             q.release(handle.group)
             if requeue:
@@ -191,12 +188,9 @@ class Broker:
 
     def hold(self, message: QueueMessage, seconds: float) -> None:
         """Let the message's lease run out in ``seconds``, then redeliver it (a delayed nack)."""
-        handle = message.native
-        if not isinstance(handle, Handle):
-            raise ValueError("message was not fetched from an in-memory transport")
+        handle = _handle(message)
         with handle.queue.cond:
-            lease = handle.queue.leased.get(handle.group)
-            if lease is not None and lease.token == handle.token:
+            if (lease := handle.queue.current(handle)) is not None:
                 lease.token = next(self._tokens)  # the holder's handle is spent
                 lease.deadline = self.clock() + max(seconds, 0.0)
                 handle.queue.schedule(handle.group, lease)
@@ -219,10 +213,15 @@ class Broker:
         if not isinstance(handle, Handle):
             return
         with handle.queue.cond:
-            lease = handle.queue.leased.get(handle.group)
-            if lease is not None and lease.token == handle.token:
+            if (lease := handle.queue.current(handle)) is not None:
                 lease.deadline = self.clock() + self.ack_wait
                 handle.queue.schedule(handle.group, lease)
+
+
+def _handle(message: QueueMessage) -> Handle:
+    if not isinstance(message.native, Handle):
+        raise ValueError("message was not fetched from an in-memory transport")
+    return message.native
 
 
 def _copy(message: QueueMessage, **changes: Any) -> QueueMessage:
