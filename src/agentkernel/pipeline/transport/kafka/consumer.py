@@ -25,6 +25,7 @@ from agentkernel.pipeline.transport.kafka.partitions import (
     advance,
     message_of,
     order_key,
+    pick,
 )
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
@@ -304,7 +305,7 @@ class KafkaConsumer(TransportConsumer):
             with self._lock:
                 if self._closed:
                     raise TransportClosedError(f"Kafka consumer of {self._topic} is closed")
-                picked = self._pick(batch_size)
+                picked = pick(self._parts.values(), batch_size, time.monotonic())
                 remaining = deadline - time.monotonic()
                 if not picked and remaining > 0:
                     self._lock.wait(min(remaining, 0.1))  # records, acks, or a backoff ending
@@ -312,26 +313,6 @@ class KafkaConsumer(TransportConsumer):
             out = self._deliver(picked)
             if out or remaining <= 0:
                 return out
-
-    def _pick(self, batch_size: int) -> list[Entry]:
-        """Ready records whose session has nothing earlier pending, in offset order."""
-        picked: list[Entry] = []
-        now = time.monotonic()
-        for part in self._parts.values():
-            if part.revoking:
-                continue
-            blocked = set(part.in_flight)
-            for entry in part.entries:
-                if len(picked) >= batch_size:
-                    return picked
-                if entry.state == "done" or entry.key in blocked:
-                    continue
-                blocked.add(entry.key)
-                if entry.state == "ready" and entry.not_before <= now:
-                    entry.state = "inflight"
-                    part.in_flight.add(entry.key)
-                    picked.append(entry)
-        return picked
 
     def _deliver(self, picked: list[Entry]) -> list[QueueMessage]:
         """Turn picked entries into messages; skip duplicates and records already finished."""
@@ -375,8 +356,7 @@ class KafkaConsumer(TransportConsumer):
         self._settle_entry(entry, "done")
 
     def nack(self, message: QueueMessage) -> None:
-        backoff = self._transport.settings.retry_backoff
-        self._settle_entry(message.native, "ready", time.monotonic() + backoff)
+        self.nack_later(message, self._transport.settings.retry_backoff)
 
     def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
         """Serve the record again (first of its session) once the delay has passed."""
