@@ -74,8 +74,7 @@ class KafkaTransport(QueueTransport):
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> KafkaTransport:
-        settings: KafkaQueueConfig = require_block(block, "kafka")
-        return cls(settings)
+        return cls(require_block(block, "kafka"))
 
     def client_conf(self, **extra: Any) -> dict[str, Any]:
         """The librdkafka settings of a client: ours, then ``extra``, then ``client_config``."""
@@ -160,17 +159,14 @@ class KafkaTransport(QueueTransport):
             done.set()
 
         producer = self.producer()
+        fields = {"value": value, "key": key, "headers": headers, "on_delivery": delivered}
         with kafka_errors(f"produce to {topic}"):
             try:
-                producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=delivered
-                )
-            except BufferError:
+                producer.produce(topic, **fields)
+            except BufferError:  # the client's queue is full: let it deliver some, then again
                 producer.poll(1.0)
                 try:
-                    producer.produce(
-                        topic, value=value, key=key, headers=headers, on_delivery=delivered
-                    )
+                    producer.produce(topic, **fields)
                 except BufferError as exc:
                     raise TransportError(f"Kafka produce to {topic}: queue full") from exc
         deadline = time.monotonic() + self.settings.delivery_timeout + 1

@@ -94,8 +94,7 @@ class NatsTransport(QueueTransport):
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> NatsTransport:
-        settings: NatsQueueConfig = require_block(block, "nats")
-        return cls(settings)
+        return cls(require_block(block, "nats"))
 
     @classmethod
     def _connect(cls, settings: NatsQueueConfig) -> Connection:
