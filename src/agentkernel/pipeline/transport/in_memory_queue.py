@@ -81,6 +81,11 @@ class MemoryQueue:
             self.expiries = [(v.deadline, v.token, g) for g, v in self.leased.items()]
             heapq.heapify(self.expiries)
 
+    def current(self, handle: Handle) -> Lease | None:
+        """The lease ``handle`` names, or ``None`` when it ran out or was settled since."""
+        lease = self.leased.get(handle.group)
+        return lease if lease is not None and lease.token == handle.token else None
+
     def soonest_expiry(self) -> float | None:
         """The earliest deadline of a live lease, dropping stale entries on the way."""
         while self.expiries:

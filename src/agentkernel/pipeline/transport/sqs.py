@@ -211,11 +211,8 @@ class SQSTransport(QueueTransport):
 
     def depth(self, queue: QueueName) -> int:
         """``ApproximateNumberOfMessages`` of the queue."""
-        return int(
-            self.queue_attributes(queue, "ApproximateNumberOfMessages")[
-                "ApproximateNumberOfMessages"
-            ]
-        )
+        name = "ApproximateNumberOfMessages"
+        return int(self.queue_attributes(queue, name)[name])
 
     def ping(self) -> None:
         self.check_queues(tuple(QueueName))

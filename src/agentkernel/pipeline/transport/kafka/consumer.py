@@ -9,12 +9,14 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from confluent_kafka import Consumer, KafkaException, TopicPartition
 
+from agentkernel.core.config.queues import KafkaQueueConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.bookkeeping import BookkeepingStore
 from agentkernel.pipeline.transport.kafka.errors import kafka_errors
 from agentkernel.pipeline.transport.kafka.identity import unit_of
 from agentkernel.pipeline.transport.kafka.partitions import (
@@ -23,11 +25,9 @@ from agentkernel.pipeline.transport.kafka.partitions import (
     advance,
     message_of,
     order_key,
+    pick,
 )
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
-
-if TYPE_CHECKING:
-    from agentkernel.pipeline.transport.kafka.transport import KafkaTransport
 
 logger = logging.getLogger(__name__)
 
@@ -42,6 +42,19 @@ POLL_ERROR_BACKOFF_SECONDS = 1.0
 _CONSUMER_KEY = "execution.queues.kafka (client_config or consumer_config)"
 
 
+class KafkaSource(Protocol):
+    """What a consumer uses of its transport (:class:`~.transport.KafkaTransport`)."""
+
+    settings: KafkaQueueConfig
+    topics: dict[QueueName, str]
+    bookkeeping: BookkeepingStore
+    topic_ids: dict[str, str | None]
+
+    def client_conf(self, **extra: Any) -> dict[str, Any]: ...
+
+    def produce(self, topic: str, value: bytes, key: bytes | None, headers: list[Any]) -> str: ...
+
+
 class KafkaConsumer(TransportConsumer):
     """One consumer-group member; hands out records per key (see the module docstring).
 
@@ -50,7 +63,7 @@ class KafkaConsumer(TransportConsumer):
     during a broker call.
     """
 
-    def __init__(self, transport: KafkaTransport, queue: QueueName) -> None:
+    def __init__(self, transport: KafkaSource, queue: QueueName) -> None:
         s = transport.settings
         self._transport = transport
         self._topic = transport.topics[queue]
@@ -64,7 +77,7 @@ class KafkaConsumer(TransportConsumer):
         self._joined = threading.Event()  # the group gave this member an assignment (maybe empty)
         with kafka_errors(f"consumer of {self._topic}", key=_CONSUMER_KEY):
             self._consumer = Consumer(
-                transport._conf(
+                transport.client_conf(
                     **{
                         "group.id": self._group,
                         "enable.auto.commit": False,
@@ -292,7 +305,7 @@ class KafkaConsumer(TransportConsumer):
             with self._lock:
                 if self._closed:
                     raise TransportClosedError(f"Kafka consumer of {self._topic} is closed")
-                picked = self._pick(batch_size)
+                picked = pick(self._parts.values(), batch_size, time.monotonic())
                 remaining = deadline - time.monotonic()
                 if not picked and remaining > 0:
                     self._lock.wait(min(remaining, 0.1))  # records, acks, or a backoff ending
@@ -300,26 +313,6 @@ class KafkaConsumer(TransportConsumer):
             out = self._deliver(picked)
             if out or remaining <= 0:
                 return out
-
-    def _pick(self, batch_size: int) -> list[Entry]:
-        """Ready records whose session has nothing earlier pending, in offset order."""
-        picked: list[Entry] = []
-        now = time.monotonic()
-        for part in self._parts.values():
-            if part.revoking:
-                continue
-            blocked = set(part.in_flight)
-            for entry in part.entries:
-                if len(picked) >= batch_size:
-                    return picked
-                if entry.state == "done" or entry.key in blocked:
-                    continue
-                blocked.add(entry.key)
-                if entry.state == "ready" and entry.not_before <= now:
-                    entry.state = "inflight"
-                    part.in_flight.add(entry.key)
-                    picked.append(entry)
-        return picked
 
     def _deliver(self, picked: list[Entry]) -> list[QueueMessage]:
         """Turn picked entries into messages; skip duplicates and records already finished."""
@@ -363,8 +356,7 @@ class KafkaConsumer(TransportConsumer):
         self._settle_entry(entry, "done")
 
     def nack(self, message: QueueMessage) -> None:
-        backoff = self._transport.settings.retry_backoff
-        self._settle_entry(message.native, "ready", time.monotonic() + backoff)
+        self.nack_later(message, self._transport.settings.retry_backoff)
 
     def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
         """Serve the record again (first of its session) once the delay has passed."""

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import logging
 from collections import deque
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -50,6 +51,27 @@ def advance(part: Partition) -> int:
     while part.entries and part.entries[0].state == "done":
         part.entries.popleft()
     return part.entries[0].offset if part.entries else part.next_offset
+
+
+def pick(parts: Iterable[Partition], batch_size: int, now: float) -> list[Entry]:
+    """Take up to ``batch_size`` ready records whose session has nothing earlier pending, in
+    offset order, and mark them in flight (the caller holds the consumer's lock)."""
+    picked: list[Entry] = []
+    for part in parts:
+        if part.revoking:
+            continue
+        blocked = set(part.in_flight)
+        for entry in part.entries:
+            if len(picked) >= batch_size:
+                return picked
+            if entry.state == "done" or entry.key in blocked:
+                continue
+            blocked.add(entry.key)
+            if entry.state == "ready" and entry.not_before <= now:
+                entry.state = "inflight"
+                part.in_flight.add(entry.key)
+                picked.append(entry)
+    return picked
 
 
 def order_key(record: Any) -> str:

@@ -58,7 +58,7 @@ class KafkaTransport(QueueTransport):
         self._producer: Any = None
         self._lock = threading.Lock()
         with kafka_errors("admin client", key=_CLIENT_KEY):
-            self._admin = AdminClient(self._conf())
+            self._admin = AdminClient(self.client_conf())
         if bookkeeping is None:
             require_shared(settings)  # a configuration error, before any connection
         metadata = self._metadata()  # one round trip: unreachable fails here, once
@@ -74,10 +74,10 @@ class KafkaTransport(QueueTransport):
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> KafkaTransport:
-        settings: KafkaQueueConfig = require_block(block, "kafka")
-        return cls(settings)
+        return cls(require_block(block, "kafka"))
 
-    def _conf(self, **extra: Any) -> dict[str, Any]:
+    def client_conf(self, **extra: Any) -> dict[str, Any]:
+        """The librdkafka settings of a client: ours, then ``extra``, then ``client_config``."""
         return {
             "bootstrap.servers": self.settings.bootstrap_servers,
             "logger": _LIBRDKAFKA_LOG,
@@ -127,7 +127,7 @@ class KafkaTransport(QueueTransport):
                 timeout_ms = int(self.settings.delivery_timeout * 1000)
                 with kafka_errors("producer", key=_CLIENT_KEY):
                     self._producer = Producer(
-                        self._conf(
+                        self.client_conf(
                             **{
                                 "enable.idempotence": True,
                                 "acks": "all",
@@ -159,17 +159,14 @@ class KafkaTransport(QueueTransport):
             done.set()
 
         producer = self.producer()
+        fields = {"value": value, "key": key, "headers": headers, "on_delivery": delivered}
         with kafka_errors(f"produce to {topic}"):
             try:
-                producer.produce(
-                    topic, value=value, key=key, headers=headers, on_delivery=delivered
-                )
-            except BufferError:
+                producer.produce(topic, **fields)
+            except BufferError:  # the client's queue is full: let it deliver some, then again
                 producer.poll(1.0)
                 try:
-                    producer.produce(
-                        topic, value=value, key=key, headers=headers, on_delivery=delivered
-                    )
+                    producer.produce(topic, **fields)
                 except BufferError as exc:
                     raise TransportError(f"Kafka produce to {topic}: queue full") from exc
         deadline = time.monotonic() + self.settings.delivery_timeout + 1

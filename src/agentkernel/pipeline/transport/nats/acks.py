@@ -1,4 +1,8 @@
-"""Acknowledgements of a NATS consumer: sent at once, confirmed later, sent again if lost."""
+"""Acknowledgements of a NATS consumer: sent at once, confirmed later, sent again if lost.
+
+Naks and in-progress acks nobody waits for go through :func:`nak_quietly` and
+:func:`in_progress_quietly`: a failure there only lets the lease run out.
+"""
 
 from __future__ import annotations
 
@@ -98,3 +102,13 @@ def message_id(msg: Any) -> str:
     with contextlib.suppress(Exception):
         return f"{msg.metadata.stream}:{msg.metadata.sequence.stream}"
     return "?"
+
+
+async def nak_quietly(msg: Any) -> None:
+    with contextlib.suppress(*CLIENT_ERRORS):
+        await msg.nak()
+
+
+async def in_progress_quietly(msg: Any) -> None:
+    with contextlib.suppress(*CLIENT_ERRORS):
+        await msg.in_progress()

@@ -9,60 +9,59 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import functools
 import logging
-import time
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nats.js.errors import NotFoundError
 
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.runtime.event_loop import LoopThread
-from agentkernel.pipeline.transport.nats.acks import Acks, message_id
-from agentkernel.pipeline.transport.nats.book import Book, Entry, session_key
-from agentkernel.pipeline.transport.nats.changes import Changes
-from agentkernel.pipeline.transport.nats.envelope import (
-    ENVELOPE_HEADER,
-    decode_envelope,
-    received_message,
+from agentkernel.pipeline.transport.nats.acks import (
+    Acks,
+    in_progress_quietly,
+    message_id,
+    nak_quietly,
 )
+from agentkernel.pipeline.transport.nats.book import Book, Entry
+from agentkernel.pipeline.transport.nats.changes import Changes
+from agentkernel.pipeline.transport.nats.connection import Connection
+from agentkernel.pipeline.transport.nats.envelope import received_message
 from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 from agentkernel.pipeline.transport.nats.owners import Owners
-from agentkernel.pipeline.transport.nats.pull import (
-    LONG_POLL_SECONDS,
-    LOST_ANSWER_SECONDS,
-    Inbox,
-    partition_of_reply,
-    status_of,
-)
+from agentkernel.pipeline.transport.nats.pull import PULL_SECONDS, Inbox, Pulling
 from agentkernel.pipeline.transport.nats.settle import Settling
 from agentkernel.pipeline.transport.nats.takeover import take_over
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
-if TYPE_CHECKING:
-    from agentkernel.pipeline.transport.nats import NatsTransport
-
 logger = logging.getLogger(__name__)
 
-#: A long poll lasts at most this long, and ends this much before the ownership belief does.
-PULL_SECONDS = 1.0
-PULL_MARGIN_SECONDS = 0.25
-#: The shortest long poll (a fetch that does not wait still asks each partition once).
-MIN_PULL_SECONDS = 0.05
-#: Messages one long poll may bring (the partition consumer's max_ack_pending caps it too).
-PULL_BATCH = 64
 #: Messages received and not handed out above which no partition is asked for more.
 MAX_WAITING = 1024
 #: How often open requests, waiting leases and stuck heads are looked after.
 HOUSEKEEPING_SECONDS = 0.1
 STUCK_CHECK_SECONDS = 0.25
 REFRESH_AFTER_SECONDS = 1.0
-#: An inbox replaced after a reconnect keeps listening this long: a pull sent on it after the
-#: reconnect, before the housekeeping noticed it, is answered there (at most PULL_SECONDS on).
-OLD_INBOX_SECONDS = PULL_SECONDS + LOST_ANSWER_SECONDS
 
 
-class NatsConsumer(Settling):
+class NatsSource(Protocol):
+    """What a consumer uses of its transport (:class:`~.transport.NatsTransport`)."""
+
+    settings: NatsQueueConfig
+    #: Queue -> (stream name, subject prefix).
+    streams: dict[QueueName, tuple[str, str]]
+    conn: Connection
+
+    def run(self, coro: Any, timeout: float | None = None, *, lookup: bool = False) -> Any: ...
+
+    def stream_unit(self, queue: QueueName) -> str: ...
+
+    def owner_lease(self, queue: QueueName) -> float: ...
+
+    def fetch_fault(self, queue: QueueName) -> str: ...
+
+
+class NatsConsumer(Pulling, Settling):
     """Owns a share of the partitions (see :mod:`.owners`) and pulls only from those.
 
     Each owned partition has one long poll open; what arrives is kept in the partition's
@@ -72,7 +71,7 @@ class NatsConsumer(Settling):
     handed out) and sends the acknowledgement, confirmed in the background (see :mod:`.acks`).
     """
 
-    def __init__(self, transport: NatsTransport, queue: QueueName) -> None:
+    def __init__(self, transport: NatsSource, queue: QueueName) -> None:
         self._transport = transport
         self._queue = queue
         self._stream, self._prefix = transport.streams[queue]
@@ -106,8 +105,8 @@ class NatsConsumer(Settling):
         self._housekeeping: asyncio.Task[None] | None = None
         transport.run(self._start(), self._settings.request_timeout * 4)
 
-    def _run(self, coro: Any) -> Any:
-        return self._transport.run(coro)
+    def _run(self, coro: Any, timeout: float | None = None) -> Any:
+        return self._transport.run(coro, timeout)
 
     @property
     def lease_seconds(self) -> float:
@@ -178,81 +177,7 @@ class NatsConsumer(Settling):
             logger.info(
                 "giving back %s: partition %s changes owner", message_id(entry.msg), partition
             )
-            await _nak(entry.msg)
-        self._changed.set()
-
-    # -- pulling (on the connection's loop) -------------------------------------------------------
-
-    async def _open_inbox(self) -> None:
-        if self._inbox is not None:  # what it still receives goes to the books (see _on_reply)
-            self._old_inboxes.append((self._loop.time() + OLD_INBOX_SECONDS, self._inbox.sub))
-        inbox = Inbox(self._nc.new_inbox(), self._nc.stats["reconnects"])
-        reply = functools.partial(self._on_reply, inbox)
-        inbox.sub = await self._nc.subscribe(f"{inbox.inbox}.>", cb=reply)
-        self._inbox = inbox
-
-    def _busy(self, partition: int) -> bool:
-        """Whether handing ``partition`` back now would give messages back (see ``Owners``)."""
-        book = self._books.get(partition)
-        open_request = self._inbox is not None and partition in self._inbox.open
-        return open_request or (book is not None and bool(book.entries))
-
-    def _pull_idle(self) -> None:
-        """:meth:`_pull` each owned partition that has no request open."""
-        if self._inbox is not None:
-            for partition in self._books.keys() - self._inbox.open.keys():
-                self._pull(partition)
-
-    def _pull(self, partition: int) -> None:
-        """Ask an owned partition for up to the waiting fetch's demand, for at most the rest of
-        its wait (so nothing arrives long after the last fetch: what arrives unasked would
-        be given back at close, each one a delivery more)."""
-        inbox, now = self._inbox, self._loop.time()
-        if inbox is None or partition in inbox.open or self._fetching_stopped or self._closed:
-            return
-        claim = self._owners.claims.get(partition)
-        if claim is None or partition not in self._books or partition in self._owners.leaving:
-            return
-        wait = max(self._wanted_until - now, MIN_PULL_SECONDS)
-        expires = min(wait, PULL_SECONDS, claim.until - now - PULL_MARGIN_SECONDS)
-        if expires < MIN_PULL_SECONDS:
-            return  # the belief ends soon: the next renewal lets it pull again
-        reply, body = inbox.request(partition, min(self._wanted, PULL_BATCH), expires, now)
-        subject = f"$JS.API.CONSUMER.MSG.NEXT.{self._stream}.{self._stream}-p{partition}"
-        task = asyncio.ensure_future(self._nc.publish(subject, body, reply))
-        self._retiring.add(task)
-        task.add_done_callback(self._retiring.discard)
-
-    async def _on_reply(self, inbox: Inbox, msg: Any) -> None:
-        """A message (its subject is the partition's) or a status (to its request's subject)."""
-        status = (msg.headers or {}).get("Status")
-        if status is None:
-            partition, number = partition_of_reply(msg.subject), None
-        else:
-            partition, number = status_of(msg.subject)
-        ended = inbox is self._inbox and inbox.answered(partition, status, number)
-        if status is None:
-            self._receive(partition, msg)
-        if ended:
-            self._changed.set()
-            if status == "408" and self._wanted_until > self._loop.time() + LONG_POLL_SECONDS:
-                self._pull(partition)  # a fetch still waits for its first message
-
-    def _receive(self, partition: int, msg: Any) -> None:
-        book = self._books.get(partition)
-        if book is None:  # not ours (any more): whoever owns it gets it
-            logger.info(
-                "giving back %s: partition %s is not owned here", message_id(msg), partition
-            )
-            self._spawn(_nak(msg))
-            return
-        meta = msg.metadata
-        try:
-            group, _ = decode_envelope((msg.headers or {}).get(ENVELOPE_HEADER))
-        except ValueError:
-            group = None
-        seq = int(meta.sequence.stream)
-        book.receive(msg, seq, session_key(group, seq), int(meta.num_delivered), self._loop.time())
+            await nak_quietly(entry.msg)
         self._changed.set()
 
     async def _keep_house(self) -> None:
@@ -261,21 +186,7 @@ class NatsConsumer(Settling):
             await asyncio.sleep(HOUSEKEEPING_SECONDS)
             try:
                 now = self._loop.time()
-                if (
-                    self._inbox is not None
-                    and self._inbox.reconnects != self._nc.stats["reconnects"]
-                ):
-                    self._inbox.open.clear()  # the server forgot the old connection's requests
-                    await self._open_inbox()
-                while self._old_inboxes and self._old_inboxes[0][0] <= now:
-                    self._retire(self._old_inboxes.pop(0)[1])
-                if self._inbox is not None:
-                    for partition in self._inbox.forget_overdue(now):
-                        logger.warning(
-                            "%s: no answer to the long poll of partition %s",
-                            self._stream,
-                            partition,
-                        )
+                await self._tend_inboxes(now)
                 if self._wanted_until > now and self._room_to_pull():
                     self._pull_idle()
                 await self._owners.expire(now)  # also when renewals stall
@@ -295,7 +206,7 @@ class NatsConsumer(Settling):
             for entry in book.waiting():
                 if now - entry.touched >= every:
                     entry.touched = now
-                    self._spawn(_in_progress(entry.msg))
+                    self._spawn(in_progress_quietly(entry.msg))
 
     async def _check_stuck(self) -> None:
         """Forget heads that hold their session back and are gone from the stream (settled by
@@ -315,28 +226,21 @@ class NatsConsumer(Settling):
         return self._home
 
     def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        wait = self._fetch_wait(wait_seconds)
-        if self._transport.fetch_fault(self._queue):  # the streams changed under us: take nothing
-            time.sleep(min(wait, 1.0))
-            return []
-        entries = self._transport.run(
-            self._fetch(max(batch_size, 1), wait), wait + self._settings.request_timeout
-        )
-        return [self._decode(entry.msg) for entry in entries]
+        self._check_open()  # here too: a reset transport's loop runs nothing more
+        timeout = max(wait_seconds, 0.0) + self._settings.request_timeout
+        fetching = self.fetch_async(batch_size, wait_seconds)
+        messages: list[QueueMessage] = self._run(fetching, timeout)
+        return messages
 
     async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
         """:meth:`fetch` on the connection's loop (see :meth:`home_loop`)."""
-        wait = self._fetch_wait(wait_seconds)
-        if self._transport.fetch_fault(self._queue):
+        self._check_open()
+        wait = max(wait_seconds, 0.0)
+        if self._transport.fetch_fault(self._queue):  # the streams changed under us: take nothing
             await asyncio.sleep(min(wait, 1.0))
             return []
         entries = await self._fetch(max(batch_size, 1), wait)
         return [self._decode(entry.msg) for entry in entries]
-
-    def _fetch_wait(self, wait_seconds: float) -> float:
-        if self._closed:
-            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
-        return max(wait_seconds, 0.0)
 
     async def _fetch(self, batch: int, wait: float) -> list[Entry]:
         deadline = self._loop.time() + wait
@@ -375,13 +279,16 @@ class NatsConsumer(Settling):
         for entry in out:
             if now - entry.touched > REFRESH_AFTER_SECONDS:  # waited: restart its lease
                 entry.touched = now
-                self._spawn(_in_progress(entry.msg))
+                self._spawn(in_progress_quietly(entry.msg))
         return out
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise TransportClosedError(f"NATS consumer of {self._stream} is closed")
 
     def _decode(self, msg: Any) -> QueueMessage:
         return received_message(msg, self._stream, self._transport.stream_unit(self._queue))
 
-    # -- settling ---------------------------------------------------------------------------------
     # -- stopping ---------------------------------------------------------------------------------
 
     def stop_fetching(self) -> list[QueueMessage]:
@@ -426,7 +333,7 @@ class NatsConsumer(Settling):
         for book in self._drained.values():  # the drain did not get to them
             for entry in list(book.waiting()):
                 logger.info("giving back %s: the drain ended first", message_id(entry.msg))
-                await _nak(entry.msg)
+                await nak_quietly(entry.msg)
         self._drained = {}
         if self._acks.pending:
             await asyncio.wait(set(self._acks.pending), timeout=self._settings.request_timeout)
@@ -444,24 +351,3 @@ class NatsConsumer(Settling):
         task = asyncio.ensure_future(coro)
         self._retiring.add(task)
         task.add_done_callback(self._retiring.discard)
-
-    def _retire(self, sub: Any) -> None:
-        self._spawn(self._drain(sub))
-
-    async def _drain(self, sub: Any) -> None:
-        with contextlib.suppress(*CLIENT_ERRORS):
-            await asyncio.wait_for(sub.unsubscribe(), self._settings.request_timeout)
-            return
-        with contextlib.suppress(Exception):  # the connection is gone: forget it locally
-            sub._stop_processing()
-            self._nc._remove_sub(sub._id)
-
-
-async def _nak(msg: Any) -> None:
-    with contextlib.suppress(*CLIENT_ERRORS):
-        await msg.nak()
-
-
-async def _in_progress(msg: Any) -> None:
-    with contextlib.suppress(*CLIENT_ERRORS):
-        await msg.in_progress()

@@ -20,18 +20,17 @@ from __future__ import annotations
 import logging
 import re
 from enum import Enum
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from nats.js.api import AckPolicy, ConsumerConfig, RetentionPolicy, StorageType, StreamConfig
 from nats.js.errors import NotFoundError
 
+from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.redact import redact_url
+from agentkernel.pipeline.transport.nats.connection import Connection
 from agentkernel.pipeline.transport.nats.owners import lease_seconds, owners_stream
 from agentkernel.pipeline.wire.envelope import QueueName
-
-if TYPE_CHECKING:
-    from agentkernel.pipeline.transport.nats.transport import NatsTransport
 
 logger = logging.getLogger(__name__)
 
@@ -42,10 +41,22 @@ FIXED = ("filter_subject", "ack_policy")
 CHANGE_COUNT = "see 'Changing the partition count' in docs/transports.md"
 
 
+class ProvisionSource(Protocol):
+    """What a provisioner uses of its transport (:class:`~.transport.NatsTransport`)."""
+
+    settings: NatsQueueConfig
+    #: Queue -> (stream name, subject prefix).
+    streams: dict[QueueName, tuple[str, str]]
+    max_deliver: dict[QueueName, int]
+    conn: Connection
+
+    def run(self, coro: Any, timeout: float | None = None, *, lookup: bool = False) -> Any: ...
+
+
 class Provisioner:
     """Creates and checks one transport's streams and the consumers it owns."""
 
-    def __init__(self, transport: NatsTransport) -> None:
+    def __init__(self, transport: ProvisionSource) -> None:
         self._t = transport
         self._s = transport.settings
 

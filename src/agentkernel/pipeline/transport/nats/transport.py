@@ -27,103 +27,28 @@ import asyncio
 import contextlib
 import logging
 import threading
-import time
 import zlib
 from collections.abc import Coroutine
 from typing import Any, ClassVar
 
-import nats
-
 from agentkernel.core.config.queues import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import MessageRejectedError, TransportError
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline.runtime.event_loop import LoopThread
 from agentkernel.pipeline.transport.base import QueueTransport, require_block
+from agentkernel.pipeline.transport.nats.connection import Connection
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
-from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS, nats_errors
+from agentkernel.pipeline.transport.nats.errors import nats_errors
 from agentkernel.pipeline.transport.nats.provision import UNLIMITED, Provisioner
 from agentkernel.pipeline.transport.nats.watch import Watch
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
 
-CLIENT_WARNING_INTERVAL_SECONDS = 10.0
-
 
 def partition_of(group_id: str | None, partitions: int) -> int:
     """The partition a group's messages go to (stable across processes and restarts)."""
     return zlib.crc32((group_id or "").encode()) % partitions
-
-
-class _Connection:
-    """One client connection and its private event-loop thread.
-
-    Raises:
-        TransportError: the server was not reached within ``connect_timeout`` seconds (the
-            message names the URL and the last connection error).
-    """
-
-    def __init__(self, url: str, timeout: float, connect_timeout: float) -> None:
-        self.loop = LoopThread(f"nats-{redact_url(url)}")
-        self.last_error: Exception | None = None
-        try:
-            self.nc: Any = self.loop.run(self._connect(url, timeout, connect_timeout))
-        except TimeoutError as exc:
-            self.loop.stop()
-            reason = f": {redact_url(repr(self.last_error))}" if self.last_error else ""
-            raise TransportError(
-                f"execution.queues.nats.url: cannot reach the NATS server at {redact_url(url)} "
-                f"within {connect_timeout:g}s (connect_timeout){reason}"
-            ) from exc
-        except BaseException:
-            self.loop.stop()
-            raise
-        self.js: Any = self.nc.jetstream(timeout=timeout)
-
-    async def _connect(self, url: str, timeout: float, within: float) -> Any:
-        connecting = nats.connect(
-            url,
-            max_reconnect_attempts=-1,
-            reconnect_time_wait=0.5,
-            connect_timeout=min(timeout, within),
-            error_cb=self._client_error,
-        )
-        return await asyncio.wait_for(connecting, within)  # cancelled on this loop, not leaked
-
-    async def _client_error(self, exc: Exception) -> None:
-        if not getattr(self, "nc", None):  # still connecting: the start-up error will say it
-            self.last_error = exc
-            return
-        await _log_client_error(exc)
-
-    def close(self) -> None:
-        with contextlib.suppress(*CLIENT_ERRORS):
-            self.loop.run(self.nc.close(), 5)
-        with contextlib.suppress(*CLIENT_ERRORS):
-            self.loop.run(_cancel_other_tasks(), 5)
-        self.loop.stop()
-
-
-async def _cancel_other_tasks() -> None:
-    """End what consumers left running (inbox drains, give-backs) before the loop stops."""
-    tasks = asyncio.all_tasks() - {asyncio.current_task()}
-    for task in tasks:
-        task.cancel()
-    await asyncio.gather(*tasks, return_exceptions=True)
-
-
-_last_client_warning = [0.0]
-
-
-async def _log_client_error(exc: Exception) -> None:
-    """nats-py reports every failed reconnect here: warn at most every 10 s, else debug."""
-    now = time.monotonic()
-    quiet = now - _last_client_warning[0] < CLIENT_WARNING_INTERVAL_SECONDS
-    if not quiet:
-        _last_client_warning[0] = now
-    level = logging.DEBUG if quiet else logging.WARNING
-    logger.log(level, "NATS client error: %s", redact_url(repr(exc)))
 
 
 class NatsTransport(QueueTransport):
@@ -144,7 +69,7 @@ class NatsTransport(QueueTransport):
 
     sends_on_loop = True  # send_async awaits the publish on the connection's loop
 
-    _connections: ClassVar[dict[str, _Connection]] = {}
+    _connections: ClassVar[dict[str, Connection]] = {}
     _watches: ClassVar[list[Watch]] = []
     _lock: ClassVar[threading.Lock] = threading.Lock()
 
@@ -169,17 +94,16 @@ class NatsTransport(QueueTransport):
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> NatsTransport:
-        settings: NatsQueueConfig = require_block(block, "nats")
-        return cls(settings)
+        return cls(require_block(block, "nats"))
 
     @classmethod
-    def _connect(cls, settings: NatsQueueConfig) -> _Connection:
+    def _connect(cls, settings: NatsQueueConfig) -> Connection:
         url = settings.url
         with cls._lock:
             conn = cls._connections.get(url)
             if conn is None or conn.nc.is_closed:
                 with nats_errors(f"connect to {redact_url(url)}"):
-                    conn = _Connection(url, settings.request_timeout, settings.connect_timeout)
+                    conn = Connection(url, settings.request_timeout, settings.connect_timeout)
                 cls._connections[url] = conn
             return conn
 

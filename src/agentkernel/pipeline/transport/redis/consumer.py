@@ -17,10 +17,12 @@ import socket
 import threading
 import time
 import uuid
-from typing import TYPE_CHECKING, Any
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Protocol
 
 import redis
 
+from agentkernel.core.config.queues import RedisQueueConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.core.redis_client import node_for
 from agentkernel.pipeline.transport.base import TransportConsumer
@@ -31,7 +33,6 @@ from agentkernel.pipeline.wire.envelope import QueueMessage
 
 if TYPE_CHECKING:
     from agentkernel.pipeline.transport.redis.keys import QueueKeys
-    from agentkernel.pipeline.transport.redis.transport import RedisStreamsTransport
 
 logger = logging.getLogger(__name__)
 
@@ -39,11 +40,19 @@ logger = logging.getLogger(__name__)
 PARKING_CONSUMER = "ak-parked"
 
 
+class RedisSource(Protocol):
+    """What a consumer uses of its transport (:class:`~.transport.RedisStreamsTransport`)."""
+
+    settings: RedisQueueConfig
+    client: redis.Redis
+    #: The scripts of :mod:`.scripts` by name, called as ``script(keys, args)``.
+    scripts: dict[str, Callable[..., Any]]
+
+
 class RedisStreamsConsumer(TransportConsumer):
     """One member of a queue's consumer group; its name is unique per instance."""
 
-    def __init__(self, transport: RedisStreamsTransport, keys: QueueKeys) -> None:
-        self._transport = transport
+    def __init__(self, transport: RedisSource, keys: QueueKeys) -> None:
         self._settings = transport.settings
         self._keys = keys
         self._client = transport.client

@@ -65,8 +65,7 @@ class RedisStreamsTransport(QueueTransport):
 
     @classmethod
     def from_config(cls, block: QueuesConfig) -> RedisStreamsTransport:
-        settings: RedisQueueConfig = require_block(block, "redis")
-        return cls(settings)
+        return cls(require_block(block, "redis"))
 
     def _check_servers(self) -> None:
         """Refuse a server older than Redis 6.2, which lacks commands the scripts use, and
