@@ -104,7 +104,8 @@ def _kill_group(pid: int, start: str | None) -> None:
 
 def stop(proc: subprocess.Popen[bytes], workdir: Path | None = None) -> None:
     """Kill the server ``proc`` (and its children) and remove its directory and pidfile."""
-    _kill_group(proc.pid, None)
+    if proc.poll() is None:  # once reaped, its pid may be another process's
+        _kill_group(proc.pid, None)
     proc.wait(10)
     if workdir is not None:
         shutil.rmtree(workdir, ignore_errors=True)
