@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import platform
+import pwd
 import shutil
 import subprocess
 import tempfile
@@ -43,7 +44,7 @@ POSTGRES_ENV = "AK_TEST_POSTGRES_DSN"
 #: private Redis; unset: ``redis-server`` when installed, else Valkey.
 REDIS_SERVER_ENV = "AK_TEST_REDIS_SERVER"
 
-_DEFAULT_PORTS = {"redis": 6379, "valkey": 6379, "nats": 4222, "postgresql": 5432}
+_DEFAULT_PORTS = {"redis": 6379, "valkey": 6379, "nats": 4222, "postgresql": 5432, "postgres": 5432}
 
 
 def configured(variable: str) -> str | None:
@@ -180,7 +181,8 @@ def _unprivileged() -> dict[str, Any]:
     """Popen arguments that drop root to ``nobody`` (initdb and postgres refuse root)."""
     if os.geteuid() != 0:
         return {}
-    return {"user": "nobody", "group": "nogroup", "extra_groups": []}
+    nobody = pwd.getpwnam("nobody")
+    return {"user": nobody.pw_uid, "group": nobody.pw_gid, "extra_groups": []}
 
 
 class Postgres(PrivateServer):
@@ -221,7 +223,8 @@ class Postgres(PrivateServer):
         ):
             if source.exists() and not _succeeds(["cp", "-al", str(source), str(target)]):
                 shutil.copytree(source, target, symlinks=True)  # another file system
-        shutil.chown(self.dir, "nobody", "nogroup")
+        as_user = _unprivileged()
+        os.chown(self.dir, as_user["user"], as_user["group"])
         return copy / "pginstall" / "bin"
 
 
