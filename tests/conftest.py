@@ -79,9 +79,14 @@ def tansu_broker() -> Iterator[servers.Tansu]:
 
 
 def _session_server(
-    variable: str, start: Callable[[], session_servers.PrivateServer]
+    variable: str, start: Callable[[], session_servers.PrivateServer], client: str
 ) -> Iterator[str]:
-    """The server named by ``variable`` when it answers, else a private one for this process."""
+    """The server named by ``variable`` when it answers, else a private one for this process.
+
+    Without its ``client`` package (a run without extras) the test skips, as its own
+    ``importorskip`` would, before a server is started for nothing.
+    """
+    pytest.importorskip(client)
     url = session_servers.configured(variable)
     if url is not None:
         yield url
@@ -97,19 +102,19 @@ def _session_server(
 @pytest.fixture(scope="session")
 def redis_url() -> Iterator[str]:
     """Redis: $AK_TEST_REDIS_URL, else a private redis-server (or Valkey)."""
-    yield from _session_server(session_servers.REDIS_ENV, session_servers.Redis)
+    yield from _session_server(session_servers.REDIS_ENV, session_servers.Redis, "redis")
 
 
 @pytest.fixture(scope="session")
 def postgres_dsn() -> Iterator[str]:
     """PostgreSQL (trust auth, database ``test``): $AK_TEST_POSTGRES_DSN, else a private one."""
-    yield from _session_server(session_servers.POSTGRES_ENV, session_servers.Postgres)
+    yield from _session_server(session_servers.POSTGRES_ENV, session_servers.Postgres, "psycopg")
 
 
 @pytest.fixture(scope="session")
 def nats_url() -> Iterator[str]:
     """NATS with JetStream: $AK_TEST_NATS_URL, else a private nats-server."""
-    yield from _session_server(session_servers.NATS_ENV, session_servers.Nats)
+    yield from _session_server(session_servers.NATS_ENV, session_servers.Nats, "nats")
 
 
 # -- other Redis servers: the oldest supported Redis, Valkey, a Redis Cluster (tests/redis_servers)
