@@ -28,6 +28,7 @@ import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
@@ -76,7 +77,7 @@ class PrivateServer:
         self.proc = pidfiles.spawn(command, self.dir, log=self.log, **popen)
         return self.proc
 
-    def wait_until(self, ready: Any, what: str, timeout: float = 30.0) -> None:
+    def wait_until(self, ready: Callable[[], bool], what: str, timeout: float = 30.0) -> None:
         """Poll ``ready()`` until true; RuntimeError (with the log's tail) if the server exits."""
         assert self.proc is not None
         deadline = time.monotonic() + timeout
@@ -190,6 +191,13 @@ class Postgres(PrivateServer):
 
     def __init__(self, database: str = "test") -> None:
         super().__init__("postgres")
+        try:
+            self._start(database)
+        except BaseException:
+            self.stop()  # the directory too: nothing records it before the server runs
+            raise
+
+    def _start(self, database: str) -> None:
         bindir = self._binaries()
         port = free_port()
         self.url = f"postgresql://postgres@127.0.0.1:{port}/{database}"
@@ -199,7 +207,6 @@ class Postgres(PrivateServer):
         initdb += ["--builtin-locale=C.UTF-8"]  # UTF-8 like a distribution's cluster
         done = subprocess.run(initdb, capture_output=True, timeout=120, check=False, **as_user)
         if done.returncode != 0:
-            self.stop()
             raise RuntimeError(f"initdb failed: {done.stderr.decode(errors='replace')[-800:]}")
         server = [str(bindir / "postgres"), "-D", str(data), "-p", str(port), "-h", "127.0.0.1"]
         server += ["-k", str(self.dir), "-c", "fsync=off", "-c", "full_page_writes=off"]
