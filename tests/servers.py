@@ -36,9 +36,11 @@ def unavailable(reason: str) -> None:
 #: kernel's ephemeral range (32768 and up on Linux), where no outgoing connection and no
 #: ``bind(0)`` lands. A port the kernel picked for ``bind(0)`` and that was let go could be
 #: picked again by another worker before the server meant for it bound it: the test then
-#: talked to another test's server (a 405 from a runner's health port, in CI).
+#: talked to another test's server (a 405 from a runner's health port, in CI). Two test sessions
+#: running at the same time would hand out the same ports: give the second its own range with
+#: ``AK_TEST_FIRST_PORT`` (``.ci/run`` runs two side by side, at 20000 and 10000).
 PORT_BLOCK = 1500
-_FIRST_PORT = 20000
+_FIRST_PORT = int(os.environ.get("AK_TEST_FIRST_PORT", "20000"))
 
 
 def _worker_index() -> int:
