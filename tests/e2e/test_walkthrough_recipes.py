@@ -77,10 +77,10 @@ def test_the_kafka_recipe_answers_turns(
     tag = uuid.uuid4().hex[:8]
     kafka = kafka_block["queues"]["kafka"] | tansu | {"group_id": f"walk-{tag}"}
     kafka |= {"bootstrap_servers": tansu_broker.bootstrap, "input_topic": f"in-{tag}"}
-    kafka |= {"output_topic": f"out-{tag}"}
+    kafka |= {"output_topic": f"out-{tag}", "bookkeeping_redis_url": redis_url}
     config["execution"]["queues"] = kafka_block["queues"] | {"kafka": kafka}
     for block in (config["execution"]["response_store"]["redis"], config["session"]["redis"]):
-        block["prefix"] = f"walk-{tag}:"
+        block |= {"url": redis_url, "prefix": f"walk-{tag}:"}  # the session's Redis
     (tmp_path / "config.yaml").write_text(yaml.safe_dump(config))
     deployment = Deployment({"AK_CONFIG_PATH_OVERRIDE": str(tmp_path / "config.yaml")})
     deployments.append(deployment)

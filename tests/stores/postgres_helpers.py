@@ -45,21 +45,25 @@ def schemas(postgres_dsn: str) -> Iterator[Schemas]:
 
 
 class Proxy:
-    """A TCP proxy to the PostgreSQL server that a test can cut and restore, on a fixed port:
-    an outage of the server as its clients see it, without touching the shared server."""
+    """A TCP proxy to the PostgreSQL server of ``dsn`` (a URL) that a test can cut and restore,
+    on a fixed port: an outage of the server as its clients see it, without touching the shared
+    server."""
 
-    def __init__(self, target_port: int = 5432) -> None:
+    def __init__(self, dsn: str) -> None:
+        from urllib.parse import urlsplit
+
         from tests.servers import free_port
 
-        self.target = target_port
+        target = urlsplit(dsn)
+        self.target = (target.hostname or "127.0.0.1", target.port or 5432)
         self.port = free_port()
+        credentials = target.netloc.rpartition("@")[0]
+        address = f"127.0.0.1:{self.port}"
+        netloc = f"{credentials}@{address}" if credentials else address
+        self.dsn = target._replace(netloc=netloc).geturl()
         self._sockets: list[object] = []
         self._listener: object = None
         self._acceptor: object = None
-
-    @property
-    def dsn(self) -> str:
-        return f"postgresql://postgres@127.0.0.1:{self.port}/test"
 
     def start(self) -> None:
         import socket
@@ -84,7 +88,7 @@ class Proxy:
             except OSError:
                 return  # stopped
             self._sockets.append(client)
-            upstream = socket.create_connection(("127.0.0.1", self.target))
+            upstream = socket.create_connection(self.target)
             self._sockets.append(upstream)
             for a, b in ((client, upstream), (upstream, client)):
                 threading.Thread(target=self._pipe, args=(a, b), daemon=True).start()

@@ -376,7 +376,7 @@ def _fails_then_recovers(call: object, cut: Proxy, error: type[Exception]) -> fl
 
 
 def test_stores_fail_fast_during_an_outage_and_recover(schemas: Schemas) -> None:
-    cut = Proxy()
+    cut = Proxy(schemas.dsn)
     cut.start()
     config = schemas.config()
     proxied = config.model_copy(update={"dsn": cut.dsn, "connect_timeout": 1.0})

@@ -4,7 +4,7 @@ prefix a cluster requires; tests/redis_servers.py).
 
 Each class is a contract suite of tests/stores with the server changed, less its expiry cases:
 those wait out a TTL (2 s each) to watch Redis's own ``PX`` expiry, the same on every server
-since Redis 2.6, and the machine's Redis runs them; that keeps the compatibility runs short.
+since Redis 2.6, and the session's Redis runs them; that keeps the compatibility runs short.
 """
 
 from __future__ import annotations

@@ -118,7 +118,7 @@ def test_hostile_queue_settings_are_refused(settings: dict[str, object]) -> None
 def test_an_outage_fails_calls_in_seconds_and_the_queue_recovers(
     queue_schema: tuple[str, str],
 ) -> None:
-    cut = Proxy()
+    cut = Proxy(queue_schema[0])
     cut.start()
     config = queue_config(cut.dsn, queue_schema[1], connect_timeout=1.0)
     transport = PostgresTransport(config)

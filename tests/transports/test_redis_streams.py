@@ -1,4 +1,4 @@
-"""The Redis Streams transport against the real Redis on 127.0.0.1:6379."""
+"""The Redis Streams transport against a real Redis (the session's: tests/session_servers.py)."""
 
 from __future__ import annotations
 

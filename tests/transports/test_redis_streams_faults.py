@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import logging
 import queue
-import shutil
 import subprocess
 import sys
 import threading
@@ -22,7 +21,7 @@ from agentkernel.core.errors import AKConfigError, TransportError
 from agentkernel.pipeline.transport.redis import RedisStreamsTransport
 from agentkernel.pipeline.transport.redis import transport as redis_transport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
-from tests import servers
+from tests import servers, session_servers
 from tests.transports.test_redis_streams import drop_keys, fetch_all, settings
 
 pytestmark = pytest.mark.redis
@@ -116,9 +115,10 @@ class PrivateRedis:
     """A redis-server of the test's own, without persistence, so it can be stopped."""
 
     def __init__(self, durable_dir: Path | None = None) -> None:
-        binary = shutil.which("redis-server")
-        if binary is None:
-            servers.unavailable("no redis-server binary to start a private server")
+        try:
+            binary = session_servers.redis_binary()  # the session's kind: Redis, else Valkey
+        except RuntimeError as exc:
+            servers.unavailable(str(exc))
         self.binary, self.port = str(binary), servers.free_port()
         self.url = f"redis://127.0.0.1:{self.port}/0"
         self.proc: subprocess.Popen[bytes] | None = None

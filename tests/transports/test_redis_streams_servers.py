@@ -2,7 +2,7 @@
 supported), Valkey, and a Redis Cluster (``redis+cluster://``, tests/redis_servers.py).
 
 Each class is the contract suite of tests/transports/test_redis_streams.py with the server
-changed, so the suites cannot drift apart, and two settings made cheaper (the machine's Redis
+changed, so the suites cannot drift apart, and two settings made cheaper (the session's Redis
 runs the rest): leases and windows of one second instead of two, and one kind of undecodable
 entry instead of four (the kinds differ only in what the Python side decodes; the server's part,
 dead-lettering through the script, is the same for each). That keeps the three servers' runs
