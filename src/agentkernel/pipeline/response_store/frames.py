@@ -25,7 +25,13 @@ STREAM_CHUNK = "STREAM_CHUNK"
 
 def chunk_frame(request_id: str, session_id: str, index: int, delta: str) -> dict[str, Any]:
     """One chunk of a streamed reply."""
-    return _head(request_id, session_id) | {"index": index, "delta": delta}
+    return {
+        "type": STREAM_CHUNK,
+        "request_id": request_id,
+        "session_id": session_id,
+        "index": index,
+        "delta": delta,
+    }
 
 
 def chunk_batch(request_id: str, session_id: str, first: int, deltas: list[str]) -> dict[str, Any]:
@@ -34,7 +40,13 @@ def chunk_batch(request_id: str, session_id: str, first: int, deltas: list[str])
     Only the queue sees this shape: the response handler stores each delta as its own chunk
     frame, so clients see one frame per chunk whatever travelled together.
     """
-    return _head(request_id, session_id) | {"index": first, "deltas": deltas}
+    return {
+        "type": STREAM_CHUNK,
+        "request_id": request_id,
+        "session_id": session_id,
+        "index": first,
+        "deltas": deltas,
+    }
 
 
 def chunk_span(first: int, count: int) -> str:
@@ -69,7 +81,12 @@ def chunk_frames(span: str, body: object) -> tuple[int, list[dict[str, Any]]] | 
 def done_frame(record: ResponseRecord) -> dict[str, Any]:
     """The last frame of a stream: the joined result (with the reply's ``attempt`` when it
     names one), or the error of a failed turn."""
-    frame = _head(record.request_id, record.session_id) | {"done": True}
+    frame: dict[str, Any] = {
+        "type": STREAM_CHUNK,
+        "request_id": record.request_id,
+        "session_id": record.session_id,
+        "done": True,
+    }
     if record.status_code == 200:
         frame["result"] = record.body.get("result", "")
         if "attempt" in record.body:  # a reply stored before attempts were reported has none
@@ -84,7 +101,14 @@ def done_frame(record: ResponseRecord) -> dict[str, Any]:
 
 def error_frame(request_id: str, session_id: str, code: str, message: str) -> dict[str, Any]:
     """A ``done`` frame for a stream that ends without the turn's reply (timeout, not found)."""
-    return _head(request_id, session_id) | {"done": True, "error": code, "message": message}
+    return {
+        "type": STREAM_CHUNK,
+        "request_id": request_id,
+        "session_id": session_id,
+        "done": True,
+        "error": code,
+        "message": message,
+    }
 
 
 async def read_frames(
@@ -136,8 +160,3 @@ async def read_frames(
 
 def _not_found(request_id: str, session_id: str) -> dict[str, Any]:
     return error_frame(request_id, session_id, "NOT_FOUND", "no such turn in this session")
-
-
-def _head(request_id: str, session_id: str) -> dict[str, Any]:
-    """What every frame starts with (the keys' order is the order clients see)."""
-    return {"type": STREAM_CHUNK, "request_id": request_id, "session_id": session_id}
