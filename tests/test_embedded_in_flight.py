@@ -23,6 +23,7 @@ from agentkernel.pipeline.consumer.in_loop import InLoopConsumer
 from agentkernel.pipeline.process.io_handler import IOHandler
 from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
+from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
@@ -76,11 +77,11 @@ async def started(gate: Gate) -> None:
             await asyncio.sleep(0.01)
 
 
-def send_turns(transport: InMemoryTransport, count: int) -> None:
+async def send_turns(transport: QueueTransport, count: int) -> None:
     for i in range(count):
         body = json.dumps({"session_id": f"s{i}", "prompt": "x", "agent": "gate"})
         message = QueueMessage(body=body, group_id=f"s{i}", attributes={"request_id": f"r{i}"})
-        transport.send(QueueName.INPUT, message)
+        await transport.send(QueueName.INPUT, message)
 
 
 async def hold_turns(handler: IOHandler, gate: Gate) -> tuple[int, int]:
@@ -94,7 +95,7 @@ async def hold_turns(handler: IOHandler, gate: Gate) -> tuple[int, int]:
     await asyncio.sleep(0.1)
     gc.collect()
     before = tracemalloc.get_traced_memory()[0]
-    send_turns(handler.transport, TURNS)  # type: ignore[arg-type]
+    await send_turns(handler.transport, TURNS)
     await started(gate)
     gc.collect()
     held = tracemalloc.get_traced_memory()[0] - before

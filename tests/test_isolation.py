@@ -12,22 +12,28 @@ from agentkernel.pipeline.wire.envelope import QueueMessage
 
 
 class Scripted(TransportConsumer):
-    """Hands out a fixed list of messages (with chosen delivery counts), one per fetch."""
+    """Hands out a fixed list of messages (with chosen delivery counts), one per fetch.
+
+    Async, as the loop's API is: a fetch and the handling it starts run on one event loop, so
+    "nothing is fetched once a suspect was" is exact. (Blocking consumers fetch on threads of
+    their own: a fetch already running in another consumer's thread when the suspect arrives
+    may still return, and its messages then run before the suspect, never beside it.)
+    """
 
     def __init__(self, pending: list[QueueMessage], log: list[tuple[str, str, float]]) -> None:
         self.pending, self.log = pending, log
         self.lock = threading.Lock()
 
-    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+    async def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
         with self.lock:
-            if not self.pending:
-                time.sleep(min(wait_seconds, 0.05))
-                return []
-            message = self.pending.pop(0)
+            message = self.pending.pop(0) if self.pending else None
+        if message is None:
+            await asyncio.sleep(min(wait_seconds, 0.05))
+            return []
         self.log.append(("fetch", message.body, time.monotonic()))
         return [message]
 
-    def ack(self, message: QueueMessage) -> None:
+    async def ack(self, message: QueueMessage) -> None:
         self.log.append(("ack", message.body, time.monotonic()))
 
 

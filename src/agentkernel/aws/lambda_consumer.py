@@ -31,6 +31,7 @@ from agentkernel.pipeline.consumer.lease import LeaseKeeper
 from agentkernel.pipeline.consumer.outage import OutageRetry
 from agentkernel.pipeline.consumer.records import on_record, record_message
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.blocking import adapt_consumer
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
@@ -169,9 +170,8 @@ class LambdaSQSConsumer(QueueConsumer):
         consumer = getattr(self, "_lease_consumer", None)
         if consumer is None:
             try:  # one per container: creating it reads the queue's visibility timeout
-                consumer = self._lease_consumer = self.transport.create_consumer(
-                    QueueName(self.queue)
-                )
+                made = self.transport.create_consumer(QueueName(self.queue))
+                consumer = self._lease_consumer = adapt_consumer(made)
             except NotImplementedError:
                 return None
         return LeaseKeeper(f"lambda-{self.queue}-leases"), consumer

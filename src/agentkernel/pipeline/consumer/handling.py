@@ -13,8 +13,8 @@ Everything here runs on one event loop: the consumer loop's private one
 (:class:`~agentkernel.pipeline.consumer.loop.ConsumerLoop`) or the HTTP server's
 (:class:`~agentkernel.pipeline.consumer.in_loop.InLoopConsumer`). A sync ``process`` or hook runs
 on a worker thread (wrap one that never blocks with
-:func:`~agentkernel.core.blocking.nonblocking_async` to run it inline); so do the ack and nack
-of a consumer that is not ``nonblocking``.
+:func:`~agentkernel.core.blocking.nonblocking_async` to run it inline); the consumer is awaited
+(a blocking one was adapted where it entered the pipeline).
 """
 
 from __future__ import annotations
@@ -29,7 +29,6 @@ from dataclasses import dataclass
 from typing import Any
 
 from agentkernel.core import logs
-from agentkernel.core.blocking import call
 from agentkernel.core.errors import RetryableError
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.handler import Handler, as_async, is_async_callable
@@ -204,7 +203,9 @@ class MessageHandling:
         with self._span(message):
             self._process_now(message)
 
-    def hand_back(self, consumer: TransportConsumer, message: QueueMessage, waited: float) -> None:
+    async def hand_back(
+        self, consumer: TransportConsumer, message: QueueMessage, waited: float
+    ) -> None:
         """Give back at once a message whose handling did not finish within the drain.
 
         Args:
@@ -220,7 +221,7 @@ class MessageHandling:
         if message.message_id is not None:
             self.handed_back.add(message.message_id)
         self._untrack(message)
-        self._redelivery.nack(consumer, message)
+        await self._redelivery.nack(consumer, message)
 
     # -- one message -------------------------------------------------------------------------
 
@@ -268,11 +269,11 @@ class MessageHandling:
             elif message.receive_count > self.policy.max_receive_count:
                 await self._run(self._on_permanent_failure, message)
                 self._untrack(message)
-                await call(consumer.nonblocking, consumer.dead_letter, message)
+                await consumer.dead_letter(message)
             else:
                 await self._run(self._process, message)
                 self._untrack(message)
-                await call(consumer.nonblocking, consumer.ack, message)
+                await consumer.ack(message)
                 logger.debug("acked %s", message.message_id)
         except Exception as exc:
             tracing.failed(exc)
@@ -290,7 +291,7 @@ class MessageHandling:
             hook = self._on_undecodable
             await self._outage.call(message, functools.partial(hook, message))
         self._untrack(message)
-        await call(consumer.nonblocking, consumer.dead_letter, message)
+        await consumer.dead_letter(message)
 
     async def _run(
         self, fn: Callable[[QueueMessage], Awaitable[Any]], message: QueueMessage

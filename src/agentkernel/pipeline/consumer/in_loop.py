@@ -27,6 +27,8 @@ from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.consumer.settings import DRAIN_TIMEOUT_SECONDS
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
+from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.blocking import adapt_consumer
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage
 
@@ -105,9 +107,10 @@ class InLoopConsumer:
         consumer = None
         try:
             consumer = self._consumer = self._consumer_factory()
-            await self._fetch_until_stopped(consumer)
+            settling = adapt_consumer(consumer)  # what the handling awaits: inline calls
+            await self._fetch_until_stopped(consumer, settling)
             self._consumer = None  # nothing handed over from now on: the drain sees it all
-            await self._drain(consumer)
+            await self._drain(settling)
         except Exception:  # like a crashed consumer thread: drain the process and exit
             logger.exception("the in-loop consumer of %s crashed", self._name)
             ThreadRunner.request_shutdown(1)
@@ -160,7 +163,9 @@ class InLoopConsumer:
             return False
         return True
 
-    async def _fetch_until_stopped(self, consumer: InMemoryConsumer) -> None:
+    async def _fetch_until_stopped(
+        self, consumer: InMemoryConsumer, settling: TransportConsumer
+    ) -> None:
         self._room = asyncio.Event()
         while not self._stop.is_set():
             room = self._max_in_flight - len(self._tasks)
@@ -172,9 +177,9 @@ class InLoopConsumer:
             if not messages:
                 await consumer.wait_ready(WAIT_SLICE_SECONDS)
             for message in messages:
-                self._start(consumer, message)
+                self._start(settling, message)
 
-    def _start(self, consumer: InMemoryConsumer, message: QueueMessage) -> None:
+    def _start(self, consumer: TransportConsumer, message: QueueMessage) -> None:
         task = asyncio.ensure_future(self._handling.begin(consumer, message))
         self._tasks[task] = message
         task.add_done_callback(self._finished)
@@ -192,13 +197,13 @@ class InLoopConsumer:
                 exc,
             )
 
-    async def _drain(self, consumer: InMemoryConsumer) -> None:
+    async def _drain(self, consumer: TransportConsumer) -> None:
         """Wait (bounded) for the messages in flight; hand back what is still unfinished."""
         if self._tasks:
             await asyncio.wait(set(self._tasks), timeout=self._drain_timeout)
         waited = time.monotonic() - (self._drain_since or time.monotonic())
         for task, message in list(self._tasks.items()):
-            self._handling.hand_back(consumer, message, waited)
+            await self._handling.hand_back(consumer, message, waited)
             task.cancel()  # its result would no longer count
         self._log.flush()
 

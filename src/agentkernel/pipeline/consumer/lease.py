@@ -18,6 +18,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.sync_face import run_for
 from agentkernel.pipeline.wire.envelope import QueueMessage
 
 logger = logging.getLogger(__name__)
@@ -95,7 +96,7 @@ class LeaseKeeper:
 
     def _extend(self, key: int, consumer: TransportConsumer, message: QueueMessage) -> None:
         try:
-            consumer.extend_lease(message)
+            run_for(consumer, consumer.extend_lease(message))
         except Exception:
             logger.warning("lease extension of %s failed", message.message_id, exc_info=True)
         finally:

@@ -1,18 +1,15 @@
-"""Consuming a queue on threads: the :class:`ConsumerLoop`.
+"""Consuming a queue: the :class:`ConsumerLoop`.
 
-``num_consumers`` threads each fetch from their own transport consumer and hand every message to
-the queue's :class:`~agentkernel.pipeline.consumer.handling.MessageHandling`, which runs on the
-loop's private event loop; up to ``max_in_flight`` messages are handled at once when ``process``
-is async (a sync one is bounded to ``num_consumers * batch_size``, one batch per thread as if the
-thread ran it). Per-session order holds because the transport releases a group only when its
-message is acknowledged, and the handling orders the messages of one group within a fetch.
-
-A consumer whose client runs on an event loop of its own (its ``home_loop``, NATS) is fetched
-from and handled on that loop instead: the thread only starts the fetching there and drains
-afterwards, so a message crosses no thread between its fetch, its handling and its ack (each
-crossing costs a wake-up and a hand-over of the GIL, about as much CPU as the handling itself).
-The two fetch loops share the free places, the tracker, the drain and the stop, which is why
-they live in one module longer than most.
+``num_consumers`` threads each own a transport consumer. A thread fetches from it on an event
+loop, the consumer's own (its ``home_loop``: NATS) or the loop's private one, and hands every
+message to the queue's :class:`~agentkernel.pipeline.consumer.handling.MessageHandling` as a
+task on that loop, so a message crosses no thread between its fetch, its handling and its ack
+(each crossing costs a wake-up and a hand-over of the GIL, about as much CPU as the handling
+itself). A blocking consumer was adapted on its way in: its fetches run on a thread of its own,
+one hop per batch. Up to ``max_in_flight`` messages are handled at once when ``process`` is
+async (a sync one is bounded to ``num_consumers * batch_size``). Per-session order holds
+because the transport releases a group only when its message is acknowledged, and the handling
+orders the messages of one group within a fetch. The thread itself only waits, and drains.
 
 A consumer that cannot be created is created again with back-off, and a failing fetch is retried
 after a pause. Every shutdown wait is bounded by ``drain_timeout``; what is still unfinished then
@@ -28,8 +25,8 @@ import logging
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterable
-from typing import Any
+from collections.abc import Callable, Coroutine, Iterable
+from typing import Any, TypeVar
 
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.log_limit import RateLimitedLog
@@ -47,10 +44,13 @@ from agentkernel.pipeline.consumer.settings import (
 from agentkernel.pipeline.runtime.event_loop import LoopThread
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner, close_in_order
 from agentkernel.pipeline.transport.base import TransportConsumer
-from agentkernel.pipeline.transport.redelivery import STOP_CHECK_SECONDS
+from agentkernel.pipeline.transport.blocking import AnyConsumer, adapt_consumer
+from agentkernel.pipeline.transport.redelivery import STOP_CHECK_SECONDS, pause
 from agentkernel.pipeline.wire.envelope import QueueMessage
 
 logger = logging.getLogger(__name__)
+
+T = TypeVar("T")
 
 
 class ConsumerLoop:
@@ -68,7 +68,7 @@ class ConsumerLoop:
     def __init__(
         self,
         handling: MessageHandling,
-        consumer_factory: Callable[[], TransportConsumer],
+        consumer_factory: Callable[[], AnyConsumer],
         settings: LoopSettings | None = None,
         stop: threading.Event | None = None,
     ) -> None:
@@ -82,7 +82,6 @@ class ConsumerLoop:
         handling.stop_when(self._stopped)
         self._drain_timeout = self.settings.drain_timeout
         self._drain_since: float | None = None  # set by stop(since=...)
-        self._fetch_wait = 1.0  # the longest fetch wait of a thread (an SQS long poll: 20 s)
         s = self.settings
         self._slots = Slots(
             s.max_in_flight if handling.is_async else s.num_consumers * s.batch_size
@@ -104,7 +103,7 @@ class ConsumerLoop:
         *,
         process: Handler,
         on_permanent_failure: Handler,
-        consumer_factory: Callable[[], TransportConsumer],
+        consumer_factory: Callable[[], AnyConsumer],
         queue: str = "queue",
         stop: threading.Event | None = None,
         **settings: Any,
@@ -176,9 +175,9 @@ class ConsumerLoop:
 
     @property
     def stop_seconds(self) -> float:
-        """Longest time from :meth:`stop` until every thread has ended: a thread finishes the
-        fetch it is in (a long poll), then drains."""
-        return self._fetch_wait + STOP_CHECK_SECONDS + self._drain_timeout
+        """Longest time from :meth:`stop` until every thread has ended: a blocking consumer
+        finishes the fetch slice it is in (an SQS long poll), then the thread drains."""
+        return self.settings.wait_seconds + STOP_CHECK_SECONDS + self._drain_timeout
 
     def stopping(self) -> bool:
         """Whether the consumer threads should stop fetching."""
@@ -195,7 +194,7 @@ class ConsumerLoop:
     # -- one consumer thread ---------------------------------------------------------------
 
     def consume(self) -> None:
-        """Body of one consumer thread: fetch, hand out, and drain on shutdown."""
+        """Body of one consumer thread: fetch and hand out on the consumer's loop, then drain."""
         with self._running_lock:
             self._running += 1
             self._idle.clear()
@@ -204,7 +203,9 @@ class ConsumerLoop:
             consumer = self._open_consumer()
             if consumer is not None:
                 home = consumer.home_loop()
-                tracker = Tracker(self._loop.loop if home is None else home.loop)
+                if home is not None and self.settings.stall_warning is not None:
+                    home.watch_stalls(self.settings.stall_warning)
+                tracker = Tracker((home or self._loop).loop)
                 self._fetch_until_stopped(consumer, tracker)
                 self._drain(consumer, tracker)
         finally:
@@ -213,24 +214,27 @@ class ConsumerLoop:
             self._thread_finished()
 
     def _fetch_until_stopped(self, consumer: TransportConsumer, tracker: Tracker) -> None:
-        wait = min(self.settings.wait_seconds, consumer.fetch_wait_slice_seconds or 1.0)
-        self._fetch_wait = max(self._fetch_wait, wait)
         with self._fetching_done:
             self._fetching += 1
         try:
-            if consumer.home_loop() is not None:
-                self._fetch_at_home(consumer, tracker, wait)
-            else:
-                while not self.stopping():
-                    self._fetch_and_dispatch(consumer, tracker, wait)
+            self._fetch_on_loop(consumer, tracker)
         finally:
             try:
-                self._run_late(consumer, tracker, consumer.stop_fetching())
+                self._run_late(consumer, tracker, self._await(tracker, consumer.stop_fetching()))
             except Exception:
                 logger.warning("stopping the fetches of %s failed", self._queue, exc_info=True)
             with self._fetching_done:
                 self._fetching -= 1
                 self._fetching_done.notify_all()
+
+    def _await(self, tracker: Tracker, coro: Coroutine[Any, Any, T]) -> T:
+        """From this thread: run ``coro`` on the tracker's loop and wait for it."""
+        try:
+            future = asyncio.run_coroutine_threadsafe(coro, tracker.loop)
+        except RuntimeError:  # the loop ended under us (its transport was closed)
+            coro.close()
+            raise
+        return future.result()
 
     def _run_late(
         self, consumer: TransportConsumer, tracker: Tracker, late: list[QueueMessage]
@@ -242,7 +246,16 @@ class ConsumerLoop:
             if self._slots.take(1, self._drain_timeout):
                 self._submit(consumer, message, tracker)
             else:
-                self.handling.hand_back(consumer, message, time.monotonic() - began)
+                self._hand_back(consumer, tracker, message, began)
+
+    def _hand_back(
+        self, consumer: TransportConsumer, tracker: Tracker, message: QueueMessage, began: float
+    ) -> None:
+        waited = time.monotonic() - began
+        try:
+            self._await(tracker, self.handling.hand_back(consumer, message, waited))
+        except RuntimeError:
+            logger.warning("cannot hand %s back: its consumer's loop ended", message.message_id)
 
     def _open_consumer(self) -> TransportConsumer | None:
         """This thread's consumer, created again with back-off until it works or we stop.
@@ -253,7 +266,7 @@ class ConsumerLoop:
         delay = self._consumer_retry
         while not self.stopping():
             try:
-                return self._consumer_factory()
+                return adapt_consumer(self._consumer_factory())
             except AKConfigError:
                 raise
             except Exception as exc:
@@ -283,7 +296,7 @@ class ConsumerLoop:
                 lambda: self._fetching == 0, self.settings.wait_seconds + STOP_CHECK_SECONDS
             )
         for message in tracker.pending():
-            self.handling.hand_back(consumer, message, time.monotonic() - began)
+            self._hand_back(consumer, tracker, message, began)
             tracker.cancel(message)  # its result would no longer count
 
     def _drains_late(self, consumer: TransportConsumer, tracker: Tracker, deadline: float) -> bool:
@@ -293,13 +306,11 @@ class ConsumerLoop:
         ones in hand settle: a session's next turn, delivered here before the drain, can run
         once the one before it is acked (NATS). Those run here too, in the same bound.
         """
-        if type(consumer).stop_fetching is TransportConsumer.stop_fetching:
-            return not tracker.wait_idle(max(deadline - time.monotonic(), 0.0))
         while True:
             left = deadline - time.monotonic()
             idle = tracker.wait_idle(max(min(LATE_POLL_SECONDS, left), 0.0))
             try:
-                late = consumer.stop_fetching()
+                late = self._await(tracker, consumer.stop_fetching())
             except Exception:
                 logger.warning("stopping the fetches of %s failed", self._queue, exc_info=True)
                 late = []
@@ -312,7 +323,7 @@ class ConsumerLoop:
 
     def _close(self, consumer: TransportConsumer) -> None:
         try:
-            consumer.close()
+            (consumer.home_loop() or self._loop).run(consumer.close())
         except Exception:
             logger.warning("closing a consumer of %s failed", self._queue, exc_info=True)
 
@@ -321,25 +332,6 @@ class ConsumerLoop:
         deadline = time.monotonic() + seconds
         while not self.stopping() and (left := deadline - time.monotonic()) > 0:
             self._stopped.wait(min(left, STOP_CHECK_SECONDS))
-
-    def _fetch_and_dispatch(
-        self, consumer: TransportConsumer, tracker: Tracker, wait: float
-    ) -> None:
-        if not self.handling.wait_fetch_open(wait):
-            return
-        room = self._slots.take(self.settings.batch_size, wait)
-        if not room:
-            return
-        try:
-            messages = consumer.fetch(room, wait)
-        except Exception:
-            self._slots.give(room)
-            self._fetch_failed()
-            self._sleep(self._error_backoff)
-            return
-        self._slots.give(room - len(messages))
-        for message in messages:
-            self._submit(consumer, message, tracker)
 
     def _fetch_failed(self) -> None:
         exc = sys.exc_info()[1]
@@ -366,49 +358,47 @@ class ConsumerLoop:
 
         future.add_done_callback(finished)
 
-    # -- fetching on the consumer's home loop ----------------------------------------------
+    # -- fetching on the consumer's loop ---------------------------------------------------
 
-    def _fetch_at_home(self, consumer: TransportConsumer, tracker: Tracker, wait: float) -> None:
-        """Fetch and handle on the consumer's own loop until stopped; this thread waits.
+    def _fetch_on_loop(self, consumer: TransportConsumer, tracker: Tracker) -> None:
+        """Fetch and handle on the tracker's loop until stopped; this thread waits.
 
         Returns early when that loop ends under us (the transport was closed): the drain then
         finds the handlings cancelled with it.
         """
-        if self.settings.stall_warning is not None:
-            home = consumer.home_loop()
-            assert home is not None
-            home.watch_stalls(self.settings.stall_warning)
         loop = tracker.loop
-        future = asyncio.run_coroutine_threadsafe(
-            self._fetch_on_loop(consumer, tracker, wait), loop
-        )
+        future = asyncio.run_coroutine_threadsafe(self._fetch_loop(consumer, tracker), loop)
         while not loop.is_closed() and loop.is_running():
             try:
                 future.result(STOP_CHECK_SECONDS)
                 return
             except concurrent.futures.TimeoutError:
+                if self.stopping():
+                    future.cancel()  # ends the fetch it waits in; stop_fetching has the rest
                 continue
             except concurrent.futures.CancelledError:
                 return
         future.cancel()
 
-    async def _fetch_on_loop(
-        self, consumer: TransportConsumer, tracker: Tracker, wait: float
-    ) -> None:
+    async def _fetch_loop(self, consumer: TransportConsumer, tracker: Tracker) -> None:
+        wait = self.settings.wait_seconds
         while not self.stopping():
             if not self.handling.fetch_open():  # a suspect runs alone
                 await asyncio.sleep(FETCH_CLOSED_POLL_SECONDS)
                 continue
             room = self._slots.take(self.settings.batch_size, 0.0)
             if not room:
-                await self._slots.wait_async(wait)
+                await self._slots.wait_async(min(wait, STOP_CHECK_SECONDS * 4))
                 continue
             try:
-                messages = await consumer.fetch_async(room, wait)
+                messages = await consumer.fetch(room, wait)
+            except asyncio.CancelledError:
+                self._slots.give(room)
+                raise
             except Exception:
                 self._slots.give(room)
                 self._fetch_failed()
-                await self._sleep_async(self._error_backoff)
+                await pause(self._error_backoff, self.stopping)
                 continue
             self._slots.give(room - len(messages))
             for message in messages:
@@ -434,12 +424,6 @@ class ConsumerLoop:
                 )
 
         task.add_done_callback(finished)
-
-    async def _sleep_async(self, seconds: float) -> None:
-        """:meth:`_sleep` on an event loop."""
-        deadline = time.monotonic() + seconds
-        while not self.stopping() and (left := deadline - time.monotonic()) > 0:
-            await asyncio.sleep(min(left, STOP_CHECK_SECONDS))
 
     def _thread_finished(self) -> None:
         with self._running_lock:

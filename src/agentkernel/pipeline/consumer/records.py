@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping
 from typing import TYPE_CHECKING, Any, Protocol, cast
 
 from agentkernel.pipeline.consumer.handler import is_async_callable
-from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.blocking import BlockingConsumer
 from agentkernel.pipeline.wire.envelope import QueueMessage
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ class GuideShaped(Protocol):
     def poll_batch_size(self) -> int: ...
 
 
-class RecordConsumer(TransportConsumer):
+class RecordConsumer(BlockingConsumer):
     """A transport consumer over a guide-shaped consumer class's ``poll``/``delete_message``.
 
     ``poll`` decides how many records a fetch returns and how long it waits; after an empty

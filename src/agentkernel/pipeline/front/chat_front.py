@@ -46,7 +46,7 @@ from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.runtime.readiness import CheckedStore, readiness
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.session_store import SessionStore
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import AnyTransport, adapt
 from agentkernel.pipeline.turn_control.strategies import TurnOpening
 from agentkernel.pipeline.webhooks.intake import WebhookCheck
 from agentkernel.pipeline.wire.chat import (
@@ -98,14 +98,14 @@ class ChatFront(ChatReads):
 
     def __init__(
         self,
-        transport: QueueTransport,
+        transport: AnyTransport,
         store: ResponseStore,
         config: AKConfig | None = None,
         registry: AgentRegistry | None = None,
         sessions: SessionStore | None = None,
     ) -> None:
         super().__init__()
-        self.transport, self.store = transport, store
+        self.transport, self.store = adapt(transport), store
         self.config = config if config is not None else AKConfig.get()
         self.registry = registry if registry is not None else AgentRegistry.default()
         self._log = RateLimitedLog(logger)
@@ -339,11 +339,11 @@ class ChatFront(ChatReads):
             ) from exc
 
     async def _send(self, message: QueueMessage) -> None:
-        if self.transport.nonblocking:  # returns at once: no task, no timer
-            self.transport.send(QueueName.INPUT, message)
+        if self.transport.queues_in_process:  # no broker to wait for: no timer
+            await self.transport.send(QueueName.INPUT, message)
         else:
             async with asyncio.timeout(self.config.api.enqueue_timeout):  # no task, unlike wait_for
-                await self.transport.send_async(QueueName.INPUT, message)
+                await self.transport.send(QueueName.INPUT, message)
 
 
 def _enqueue_span(

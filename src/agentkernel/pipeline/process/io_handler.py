@@ -69,7 +69,7 @@ from agentkernel.pipeline.runtime.event_loop import StallWatchdog
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.runtime.thread_runner import ThreadRunner
 from agentkernel.pipeline.session_store import create_session_store
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import AnyTransport, adapt
 from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.transport.in_memory import InMemoryConsumer
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
@@ -102,7 +102,7 @@ class IOHandler:
         registry: AgentRegistry,
         *,
         with_runner: bool | None = None,
-        transport: QueueTransport | None = None,
+        transport: AnyTransport | None = None,
         store: ResponseStore | None = None,
         auth_validator: AuthValidator | None = None,
         handlers: Sequence[RouterSource] = (),
@@ -116,7 +116,8 @@ class IOHandler:
         if store is None:
             store = create_response_store(execution.response_store)
             self._owned.append(store.close)
-        self.transport, self.store = transport, store
+        self.transport, self.store = adapt(transport), store
+        self._queues = transport  # the in-memory queues themselves, when they are in process
         self.registry = registry
         self.webhooks = WebhookDispatcher(config.api.webhooks)
         self._owned.insert(0, self.webhooks.close)  # before the clients: it sends, they don't
@@ -186,10 +187,10 @@ class IOHandler:
     def _in_loop(
         self, handling: MessageHandling, queue: QueueName, max_in_flight: int, drain_timeout: float
     ) -> InLoopConsumer:
-        transport = self.transport  # queues in this process: an in-memory consumer
+        queues = self._queues  # in this process: an in-memory consumer
         return InLoopConsumer(
             handling,
-            lambda: cast(InMemoryConsumer, transport.create_consumer(queue)),
+            lambda: cast(InMemoryConsumer, queues.create_consumer(queue)),
             max_in_flight=max_in_flight,
             drain_timeout=drain_timeout,
             name=str(queue),

@@ -17,7 +17,7 @@ from contextlib import contextmanager
 
 from agentkernel.core.errors import AKConfigError, StoreError, TransportError
 from agentkernel.pipeline.runtime.readiness import CheckedStore
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import AnyTransport
 from agentkernel.pipeline.wire.envelope import QueueName
 
 __all__ = ["check_backends", "one_line_exit"]
@@ -27,7 +27,7 @@ _KEYS = {"response_store": "execution.response_store", "session_store": "session
 
 
 def check_backends(
-    transport: QueueTransport,
+    transport: AnyTransport,
     queues: tuple[QueueName, ...],
     stores: Mapping[str, CheckedStore],
 ) -> None:

@@ -32,7 +32,7 @@ from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.consumer.settings import DRAIN_TIMEOUT_SECONDS, LoopSettings
 from agentkernel.pipeline.response_store import ResponseStore
 from agentkernel.pipeline.response_store.frames import chunk_frames
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import AnyTransport, adapt
 from agentkernel.pipeline.webhooks.delivery import WebhookDispatcher
 from agentkernel.pipeline.wire.envelope import (
     ATTR_CHUNK_INDEX,
@@ -86,12 +86,12 @@ class ResponseHandler(QueueConsumer):
 
     def __init__(
         self,
-        transport: QueueTransport,
+        transport: AnyTransport,
         store: ResponseStore,
         queues: QueuesConfig,
         webhooks: WebhookDispatcher | None = None,
     ) -> None:
-        self.transport = transport
+        self.transport = adapt(transport)
         self.store = store
         self.queues = queues
         self.webhooks = webhooks

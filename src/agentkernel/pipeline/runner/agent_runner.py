@@ -60,7 +60,7 @@ from agentkernel.pipeline.session_store import (
     create_session_store,
 )
 from agentkernel.pipeline.session_store.adoption import UnscopedAdoption
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import AnyTransport, adapt
 from agentkernel.pipeline.transport.factory import QueueTransportFactory
 from agentkernel.pipeline.turn_control.outcomes import stopped_doc
 from agentkernel.pipeline.turn_control.signals import Stop
@@ -103,13 +103,13 @@ class AgentRunner(QueueConsumer):
         config: AKConfig,
         registry: AgentRegistry,
         *,
-        transport: QueueTransport | None = None,
+        transport: AnyTransport | None = None,
         sessions: SessionStore | None = None,
     ) -> None:
         execution = config.execution
         if transport is None:
             transport = QueueTransportFactory.create(execution.queues)
-        self.transport, self.registry = transport, registry
+        self.transport, self.registry = adapt(transport), registry
         self._owns_sessions = sessions is None  # made here: closed by serve()
         self.sessions = sessions if sessions is not None else create_session_store(config.session)
         self.adoption = UnscopedAdoption(self.sessions, config.session.adopt_unscoped)

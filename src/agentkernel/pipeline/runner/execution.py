@@ -18,7 +18,7 @@ from agentkernel.core.first_done import first_done
 from agentkernel.pipeline.response_store.frames import chunk_batch, chunk_frame, chunk_span
 from agentkernel.pipeline.runner.last_errors import cause_of
 from agentkernel.pipeline.runtime.metrics import METRICS
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import AnyTransport, adapt
 from agentkernel.pipeline.turn_control.outcomes import stopped_doc
 from agentkernel.pipeline.turn_control.signals import Stop
 from agentkernel.pipeline.wire.envelope import (
@@ -125,8 +125,8 @@ class Streamer:
     #: The streams running in this process (their count sets each one's pace).
     _active: ClassVar[set[Streamer]] = set()
 
-    def __init__(self, transport: QueueTransport, message: QueueMessage, turn: Turn) -> None:
-        self._transport, self._turn = transport, turn
+    def __init__(self, transport: AnyTransport, message: QueueMessage, turn: Turn) -> None:
+        self._transport, self._turn = adapt(transport), turn
         self._attributes = reply_attributes(message, turn.request_id)
         self._pending: list[str] = []  # yielded, not sent yet; the first has index _next
         self._pending_size = 0
@@ -165,7 +165,7 @@ class Streamer:
             raise self._failure
         self._pending.append(delta)
         self._pending_size += len(delta)
-        if self._next == 0 and len(self._pending) == 1 and self._transport.nonblocking:
+        if self._next == 0 and len(self._pending) == 1 and self._transport.queues_in_process:
             await self._send_batch()  # the first chunk, on an in-process queue: sent inline
         elif self._sender is None or self._sender.done():
             self._sender = asyncio.create_task(self._send_pending())
@@ -242,7 +242,7 @@ class Streamer:
         )
         transport = self._transport
         try:
-            await transport.send_async(QueueName.OUTPUT, chunk)
+            await transport.send(QueueName.OUTPUT, chunk)
         except Exception as exc:  # the broker, not the agent, failed: run the turn again
             raise RetryableError(f"chunks {span} could not be sent: {exc}") from exc
 

@@ -31,7 +31,7 @@ from agentkernel.pipeline.front.store_errors import DATA_LOST
 from agentkernel.pipeline.runner.last_errors import cause_of
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.session_store import SessionRecord, SessionStore, TurnOutcome
-from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import AnyTransport, adapt
 from agentkernel.pipeline.turn_control.signals import TurnSignals, close_quietly
 from agentkernel.pipeline.wire.envelope import ATTR_STREAM, ATTR_USER_ID, QueueMessage, QueueName
 from agentkernel.pipeline.wire.replies import error_doc, reply_message
@@ -59,13 +59,13 @@ class TurnReplies:
 
     def __init__(
         self,
-        transport: QueueTransport,
+        transport: AnyTransport,
         sessions: SessionStore,
         signals: TurnSignals | None,
         *,
         stream_all: bool = False,
     ) -> None:
-        self.transport, self.sessions, self.signals = transport, sessions, signals
+        self.transport, self.sessions, self.signals = adapt(transport), sessions, signals
         self._stream_all = stream_all
         self._log = RateLimitedLog(logger)
         #: Session calls that also reach the signals (commit + close) run inline only when
@@ -246,24 +246,9 @@ class TurnReplies:
             if closing is not None:
                 self.close(message, outcome.request_id)
             return
-        if transport.sends_on_loop and not transport.nonblocking:
-            # No worker thread to publish from (on NATS the handling runs on the client's own
-            # loop, so the publish is awaited right there): only the close may need one.
-            await transport.send_async(QueueName.OUTPUT, reply)
-            if closing is not None:
-                await call(closing.nonblocking, self.close, message, outcome.request_id)
-            return
-        inline = transport.nonblocking and (closing is None or closing.nonblocking)
-        await call(inline, self._deliver, message, reply, outcome.request_id, closing is not None)
-
-    def _deliver(
-        self, message: QueueMessage, reply: QueueMessage, request_id: str, close: bool
-    ) -> None:
-        """Put the reply on OUTPUT, then (``close``) close the turn in its session: one thread
-        hop for both (blocking)."""
-        self.transport.send(QueueName.OUTPUT, reply)
-        if close:
-            self.close(message, request_id)
+        await transport.send(QueueName.OUTPUT, reply)
+        if closing is not None:
+            await call(closing.nonblocking, self.close, message, outcome.request_id)
 
 
 def key_of(message: QueueMessage, session_id: str) -> str:

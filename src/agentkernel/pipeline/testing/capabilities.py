@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
-from typing import ClassVar
+import inspect
+from typing import Any, ClassVar
 
 from agentkernel.pipeline.testing.foreign import UndecodableCases
 from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.blocking import AdaptedConsumer, BlockingConsumer
+from agentkernel.pipeline.transport.sync_face import SyncConsumer
 
 
 class Capabilities(UndecodableCases):
@@ -32,9 +35,10 @@ class Capabilities(UndecodableCases):
     #: ``extend_lease`` keeps a message invisible past its original lease (detected: the
     #: consumer overrides ``extend_lease``; without it, it must report no ``lease_seconds``).
     lease_extension: ClassVar[bool | None] = None
-    #: ``nack_later`` has the broker redeliver a message after the delay given, instead of the
-    #: consumer loop keeping it (and its lease) for that time (detected: the consumer overrides
-    #: ``nack_later``; without it, ``nack_later`` must answer ``False``).
+    #: ``nack(message, delay_seconds)`` has the broker redeliver a message after the delay,
+    #: instead of the consumer loop keeping it (and its lease) for that time (detected: a
+    #: blocking consumer defines ``nack_later``, an async one ``nack``; without it, a delayed
+    #: nack must answer ``False``).
     delayed_nack: ClassVar[bool | None] = None
     #: Received messages carry a ``position`` that rises within a group (replay detection;
     #: detected: the first message received has one; without it, none may have one).
@@ -53,7 +57,7 @@ class Capabilities(UndecodableCases):
         "waiting_consumer_respects_group_lock": (
             "test_a_consumer_waiting_in_fetch_respects_the_group_lock",
         ),
-        "delayed_nack": ("test_nack_later_redelivers_after_the_delay",),
+        "delayed_nack": ("test_nack_with_a_delay_redelivers_after_it",),
         "positions": ("test_positions_rise_within_a_group_and_stay_on_redelivery",),
         "undecodable_kinds": (
             "test_an_undecodable_message_neither_blocks_nor_returns",
@@ -76,7 +80,7 @@ class Capabilities(UndecodableCases):
             # that declares its capability on (the suite itself lists no undecodable kinds).
             setattr(cls, case, None if case in off else _defined(cls, case))
 
-    def capable(self, capability: str, consumer: TransportConsumer, method: str) -> bool:
+    def capable(self, capability: str, consumer: Any, method: str) -> bool:
         """Whether an optional capability is on: as declared, else detected from ``method``."""
         declared: bool | None = getattr(self, capability)
         return implements(consumer, method) if declared is None else declared
@@ -89,6 +93,15 @@ def _defined(cls: type, case: str) -> object:
     )
 
 
-def implements(consumer: TransportConsumer, name: str) -> bool:
-    """Whether ``consumer``'s class overrides :class:`TransportConsumer`'s ``name``."""
-    return getattr(type(consumer), name, None) is not getattr(TransportConsumer, name)
+def implements(consumer: Any, name: str) -> bool:
+    """Whether the broker consumer behind ``consumer`` (a sync face, an adapter, or the
+    consumer itself) defines its own ``name`` rather than a base's default."""
+    while isinstance(consumer, SyncConsumer | AdaptedConsumer):
+        consumer = consumer.consumer if isinstance(consumer, SyncConsumer) else consumer.inner
+    if name == "nack_later" and inspect.iscoroutinefunction(type(consumer).fetch):
+        name = "nack"  # an async consumer delays through nack itself
+    defined = getattr(type(consumer), name, None)
+    return all(defined is not getattr(base, name, None) for base in _BASES)
+
+
+_BASES = (TransportConsumer, BlockingConsumer)

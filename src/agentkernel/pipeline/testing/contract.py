@@ -13,12 +13,17 @@ import pytest
 from agentkernel.core.errors import TransportError
 from agentkernel.pipeline.testing.capabilities import Capabilities, implements
 from agentkernel.pipeline.testing.watch import GroupLockWatch
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.sync_face import SyncConsumer, SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
 class QueueTransportContract(Capabilities):
-    """Test cases for a :class:`QueueTransport`; see :mod:`agentkernel.pipeline.testing`."""
+    """Test cases for a transport; see :mod:`agentkernel.pipeline.testing`.
+
+    The cases call the transport through its sync face
+    (:class:`~agentkernel.pipeline.transport.sync_face.SyncTransport`), over the async API the
+    pipeline uses: a blocking transport is adapted first, as the pipeline adapts it.
+    """
 
     #: Lease (visibility timeout / ack wait) the transport under test was configured with, s.
     ack_wait: ClassVar[float] = 1.0
@@ -30,12 +35,12 @@ class QueueTransportContract(Capabilities):
     empty_wait: ClassVar[float] = 0.3
     #: Body size for the large-message round trip, in bytes.
     large_body_bytes: ClassVar[int] = 200_000
-    #: Delay asked of ``nack_later`` by its case, in seconds (whole: SQS takes no less).
+    #: Delay asked of a delayed ``nack`` by its case, in seconds (whole: SQS takes no less).
     nack_delay: ClassVar[float] = 2.0
 
     # -- the six guarantees ----------------------------------------------------------------
 
-    def test_roundtrip_preserves_envelope(self, transport: QueueTransport) -> None:
+    def test_roundtrip_preserves_envelope(self, transport: SyncTransport) -> None:
         attributes = {
             "request_id": "req-1",
             "user_id": "  padded  ",
@@ -55,12 +60,12 @@ class QueueTransportContract(Capabilities):
         assert got.receive_count == 1
         assert got.message_id
 
-    def test_large_body_roundtrip(self, transport: QueueTransport) -> None:
+    def test_large_body_roundtrip(self, transport: SyncTransport) -> None:
         body = "x" * self.large_body_bytes
         transport.send(QueueName.INPUT, self.msg(body))
         assert self.fetch_one(self.consumer(transport, QueueName.INPUT)).body == body
 
-    def test_per_group_fifo_one_in_flight(self, transport: QueueTransport) -> None:
+    def test_per_group_fifo_one_in_flight(self, transport: SyncTransport) -> None:
         for body in ("first", "second"):
             transport.send(QueueName.INPUT, self.msg(body, group="s1"))
         consumer = self.consumer(transport, QueueName.INPUT)
@@ -70,14 +75,14 @@ class QueueTransportContract(Capabilities):
         consumer.ack(first)
         assert self.fetch_one(consumer).body == "second"
 
-    def test_distinct_groups_run_in_parallel(self, transport: QueueTransport) -> None:
+    def test_distinct_groups_run_in_parallel(self, transport: SyncTransport) -> None:
         groups = self.distinct_groups(3)
         for group in groups:
             transport.send(QueueName.INPUT, self.msg(group, group=group))
         got = self.fetch_n(self.consumer(transport, QueueName.INPUT), 3)
         assert sorted(m.body for m in got) == sorted(groups)
 
-    def test_batch_size_is_respected(self, transport: QueueTransport) -> None:
+    def test_batch_size_is_respected(self, transport: SyncTransport) -> None:
         for group in self.distinct_groups(3):
             transport.send(QueueName.INPUT, self.msg(group, group=group))
         consumer = self.consumer(transport, QueueName.INPUT)
@@ -86,13 +91,13 @@ class QueueTransportContract(Capabilities):
         rest = self.fetch_n(consumer, 3 - len(first))
         assert len(first) + len(rest) == 3
 
-    def test_fetch_on_empty_queue_returns_within_wait(self, transport: QueueTransport) -> None:
+    def test_fetch_on_empty_queue_returns_within_wait(self, transport: SyncTransport) -> None:
         consumer = self.consumer(transport, QueueName.INPUT)
         started = time.monotonic()
         assert consumer.fetch(5, self.empty_wait) == []
         assert time.monotonic() - started < self.empty_wait + 1.5
 
-    def test_fetch_wakes_early_when_a_message_arrives(self, transport: QueueTransport) -> None:
+    def test_fetch_wakes_early_when_a_message_arrives(self, transport: SyncTransport) -> None:
         consumer = self.consumer(transport, QueueName.INPUT)
         timer = threading.Timer(0.2, transport.send, (QueueName.INPUT, self.msg("late")))
         timer.start()
@@ -104,46 +109,44 @@ class QueueTransportContract(Capabilities):
         assert [m.body for m in got] == ["late"]
         assert time.monotonic() - started < self.fetch_wait
 
-    def test_queues_are_isolated(self, transport: QueueTransport) -> None:
+    def test_queues_are_isolated(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("for-input"))
         self.assert_empty(self.consumer(transport, QueueName.OUTPUT))
         assert self.fetch_one(self.consumer(transport, QueueName.INPUT)).body == "for-input"
 
     # -- acknowledgement and redelivery ---------------------------------------------------
 
-    def test_ack_removes_message_for_good(self, transport: QueueTransport) -> None:
+    def test_ack_removes_message_for_good(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("once"))
         consumer = self.consumer(transport, QueueName.INPUT)
         consumer.ack(self.fetch_one(consumer))
         self.force_redelivery()
         self.assert_empty(consumer)
 
-    def test_nack_redelivers_with_incremented_count(self, transport: QueueTransport) -> None:
+    def test_nack_redelivers_with_incremented_count(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("retry-me"))
         consumer = self.consumer(transport, QueueName.INPUT)
         consumer.nack(self.fetch_one(consumer))
         again = self.fetch_one(consumer)
         assert (again.body, again.receive_count) == ("retry-me", 2)
 
-    def test_nack_later_redelivers_after_the_delay(self, transport: QueueTransport) -> None:
+    def test_nack_with_a_delay_redelivers_after_it(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("later"))
         consumer = self.consumer(transport, QueueName.INPUT)
         first = self.fetch_one(consumer)
         if not self.capable("delayed_nack", consumer, "nack_later"):
             # Not offered: the answer must say so, so the loop keeps the message for the delay.
-            assert consumer.nack_later(first, self.nack_delay) is False
+            assert consumer.nack(first, self.nack_delay) is False
             self.assert_empty(consumer)  # and nothing was handed back meanwhile
             consumer.ack(first)
             return
-        assert consumer.nack_later(first, self.nack_delay) is True
+        assert consumer.nack(first, self.nack_delay) is True
         self.assert_empty(consumer)  # not at once
         self.advance(self.nack_delay)
         again = self.fetch_one(consumer)
         assert (again.body, again.receive_count) == ("later", 2)
 
-    def test_receive_count_is_exact_over_several_deliveries(
-        self, transport: QueueTransport
-    ) -> None:
+    def test_receive_count_is_exact_over_several_deliveries(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("poison"))
         consumer = self.consumer(transport, QueueName.INPUT)
         counts = []
@@ -153,7 +156,7 @@ class QueueTransportContract(Capabilities):
             consumer.nack(got)
         assert counts == [1, 2, 3, 4]
 
-    def test_unacked_message_is_redelivered_after_lease(self, transport: QueueTransport) -> None:
+    def test_unacked_message_is_redelivered_after_lease(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("slow"))
         consumer = self.consumer(transport, QueueName.INPUT)
         assert self.fetch_one(consumer).receive_count == 1
@@ -161,7 +164,7 @@ class QueueTransportContract(Capabilities):
         again = self.fetch_one(consumer)
         assert (again.body, again.receive_count) == ("slow", 2)
 
-    def test_stale_handle_ack_is_harmless(self, transport: QueueTransport) -> None:
+    def test_stale_handle_ack_is_harmless(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("a1", group="s1"))
         transport.send(QueueName.INPUT, self.msg("a2", group="s1"))
         consumer = self.consumer(transport, QueueName.INPUT)
@@ -174,7 +177,7 @@ class QueueTransportContract(Capabilities):
         consumer.ack(current)
         assert self.fetch_one(consumer).body == "a2"
 
-    def test_lease_extension_keeps_message_hidden(self, transport: QueueTransport) -> None:
+    def test_lease_extension_keeps_message_hidden(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("long-turn"))
         consumer = self.consumer(transport, QueueName.INPUT)
         got = self.fetch_one(consumer)
@@ -189,9 +192,7 @@ class QueueTransportContract(Capabilities):
         self.assert_empty(consumer)  # 1.8 x ack_wait later, still in flight
         consumer.ack(got)
 
-    def test_fetch_again_while_earlier_messages_are_unacked(
-        self, transport: QueueTransport
-    ) -> None:
+    def test_fetch_again_while_earlier_messages_are_unacked(self, transport: SyncTransport) -> None:
         one, two = self.distinct_groups(2)
         transport.send(QueueName.INPUT, self.msg("a", group=one))
         consumer = self.consumer(transport, QueueName.INPUT)
@@ -200,9 +201,7 @@ class QueueTransportContract(Capabilities):
         second = self.fetch_one(consumer)
         assert (first.body, second.body) == ("a", "b")
 
-    def test_ack_from_another_thread_during_a_blocked_fetch(
-        self, transport: QueueTransport
-    ) -> None:
+    def test_ack_from_another_thread_during_a_blocked_fetch(self, transport: SyncTransport) -> None:
         for body in ("x1", "x2"):
             transport.send(QueueName.INPUT, self.msg(body, group="s1"))
         consumer = self.consumer(transport, QueueName.INPUT)
@@ -216,7 +215,7 @@ class QueueTransportContract(Capabilities):
         assert second.body == "x2"
 
     def test_a_consumer_waiting_in_fetch_respects_the_group_lock(
-        self, transport: QueueTransport
+        self, transport: SyncTransport
     ) -> None:
         consumers = [self.consumer(transport, QueueName.INPUT) for _ in range(2)]
         waiting = GroupLockWatch(consumers)
@@ -236,7 +235,7 @@ class QueueTransportContract(Capabilities):
 
     # -- dedup -----------------------------------------------------------------------------
 
-    def test_dedup_drops_a_duplicate_inside_the_window(self, transport: QueueTransport) -> None:
+    def test_dedup_drops_a_duplicate_inside_the_window(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("one", dedup="same"))
         transport.send(QueueName.INPUT, self.msg("two", dedup="same"))
         consumer = self.consumer(transport, QueueName.INPUT)
@@ -245,7 +244,7 @@ class QueueTransportContract(Capabilities):
         consumer.ack(got)
         self.assert_empty(consumer)
 
-    def test_dedup_accepts_the_id_after_the_window(self, transport: QueueTransport) -> None:
+    def test_dedup_accepts_the_id_after_the_window(self, transport: SyncTransport) -> None:
         transport.send(QueueName.INPUT, self.msg("one", dedup="again"))
         consumer = self.consumer(transport, QueueName.INPUT)
         consumer.ack(self.fetch_one(consumer))
@@ -253,15 +252,17 @@ class QueueTransportContract(Capabilities):
         transport.send(QueueName.INPUT, self.msg("two", dedup="again"))
         assert self.fetch_one(consumer).body == "two"
 
-    def test_send_async_sends_as_send_does(self, transport: QueueTransport) -> None:
-        """The event-loop send: same envelope on the wire, same dedup."""
+    def test_send_awaited_on_a_callers_loop_sends_as_the_face_does(
+        self, transport: SyncTransport
+    ) -> None:
+        """``send`` awaited on an event loop of the caller's: same envelope, same dedup."""
         first = self.msg("one", group="s-async", dedup="async-1")
         first.attributes["user_id"] = "  padded ✓ "
 
         async def send_twice() -> str | None:
-            sent = await transport.send_async(QueueName.INPUT, first)
+            sent = await transport.transport.send(QueueName.INPUT, first)
             again = self.msg("two", group="s-async", dedup="async-1")
-            await transport.send_async(QueueName.INPUT, again)
+            await transport.transport.send(QueueName.INPUT, again)
             return sent
 
         assert asyncio.run(send_twice()) is not None  # the broker's id for a first send
@@ -273,12 +274,12 @@ class QueueTransportContract(Capabilities):
 
     # -- lifecycle and concurrency -----------------------------------------------------------
 
-    def test_close_releases_the_consumer(self, transport: QueueTransport) -> None:
+    def test_close_releases_the_consumer(self, transport: SyncTransport) -> None:
         consumer = transport.create_consumer(QueueName.INPUT)
-        before = self.open_consumers(transport, QueueName.INPUT)
+        before = self.open_consumers(transport.broker, QueueName.INPUT)
         consumer.close()
         consumer.close()  # idempotent
-        after = self.open_consumers(transport, QueueName.INPUT)
+        after = self.open_consumers(transport.broker, QueueName.INPUT)
         if before is not None:
             assert (before, after) == (1, 0)
         if implements(consumer, "close"):  # it holds something: once released, no more fetches
@@ -286,7 +287,7 @@ class QueueTransportContract(Capabilities):
                 consumer.fetch(1, 0.01)
 
     def test_concurrent_producers_and_consumers_lose_nothing(
-        self, transport: QueueTransport
+        self, transport: SyncTransport
     ) -> None:
         """Nothing lost, each group in order; a repeat is only allowed as a real redelivery
         (``receive_count > 1``, e.g. an ack that came after the lease under load)."""
@@ -333,7 +334,7 @@ class QueueTransportContract(Capabilities):
     # -- positions (how the runner recognises a replay past its id window) -----------------
 
     def test_positions_rise_within_a_group_and_stay_on_redelivery(
-        self, transport: QueueTransport
+        self, transport: SyncTransport
     ) -> None:
         for body in ("1", "2", "3"):
             transport.send(QueueName.INPUT, self.msg(body, group="s1"))
@@ -355,7 +356,7 @@ class QueueTransportContract(Capabilities):
         sequences = [p.sequence for p in positions if p is not None]
         assert len(sequences) == 3 and sequences == sorted(set(sequences)), positions
 
-    def _no_positions(self, consumer: TransportConsumer, again: QueueMessage) -> None:
+    def _no_positions(self, consumer: SyncConsumer, again: QueueMessage) -> None:
         """A transport without positions sets none at all (a half-set one would mislead)."""
         seen = [again]
         consumer.ack(again)

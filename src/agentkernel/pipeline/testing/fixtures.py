@@ -5,11 +5,12 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.sync_face import SyncConsumer, SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
@@ -23,8 +24,9 @@ class ContractFixtures:
 
     # -- hooks ---------------------------------------------------------------------------
 
-    def make_transport(self) -> QueueTransport:
-        """Return a fresh transport whose queues no other test uses."""
+    def make_transport(self) -> QueueTransport | Any:
+        """Return a fresh transport whose queues no other test uses: async, or blocking (it is
+        then adapted as the pipeline adapts it)."""
         raise NotImplementedError
 
     def advance(self, seconds: float) -> None:
@@ -44,16 +46,19 @@ class ContractFixtures:
         where two sessions that share a partition are served one after the other)."""
         return [f"s{i}" for i in range(1, n + 1)]
 
-    def open_consumers(self, transport: QueueTransport, queue: QueueName) -> int | None:
-        """How many consumers of ``queue`` hold broker resources, or ``None`` if unknowable."""
+    def open_consumers(self, transport: Any, queue: QueueName) -> int | None:
+        """How many consumers of ``queue`` hold broker resources, or ``None`` if unknowable.
+
+        ``transport`` is what :meth:`make_transport` returned (so is ``send_undecodable``'s).
+        """
         return None
 
     # -- fixtures and helpers ------------------------------------------------------------
 
     @pytest.fixture(autouse=True)
     def _close_consumers(self) -> Iterator[None]:
-        self._consumers: list[TransportConsumer] = []
-        self._transports: list[QueueTransport] = []
+        self._consumers: list[SyncConsumer] = []
+        self._transports: list[SyncTransport] = []
         yield
         for consumer in self._consumers:
             consumer.close()
@@ -61,12 +66,13 @@ class ContractFixtures:
             transport.close()
 
     @pytest.fixture
-    def transport(self) -> QueueTransport:
-        transport = self.make_transport()
+    def transport(self) -> SyncTransport:
+        """The transport :meth:`make_transport` made, through the sync face the cases use."""
+        transport = SyncTransport(self.make_transport())
         self._transports.append(transport)
         return transport
 
-    def consumer(self, transport: QueueTransport, queue: QueueName) -> TransportConsumer:
+    def consumer(self, transport: SyncTransport, queue: QueueName) -> SyncConsumer:
         consumer = transport.create_consumer(queue)
         self._consumers.append(consumer)
         return consumer
@@ -80,12 +86,12 @@ class ContractFixtures:
             attributes={"request_id": uuid.uuid4().hex},
         )
 
-    def fetch_one(self, consumer: TransportConsumer) -> QueueMessage:
+    def fetch_one(self, consumer: SyncConsumer) -> QueueMessage:
         got = self.fetch_n(consumer, 1)
         assert len(got) == 1, f"expected one message within {self.fetch_wait}s, got {len(got)}"
         return got[0]
 
-    def fetch_n(self, consumer: TransportConsumer, n: int) -> list[QueueMessage]:
+    def fetch_n(self, consumer: SyncConsumer, n: int) -> list[QueueMessage]:
         """Fetch until ``n`` messages arrived or ``fetch_wait`` passed; never acks."""
         got: list[QueueMessage] = []
         deadline = time.monotonic() + self.fetch_wait
@@ -93,7 +99,7 @@ class ContractFixtures:
             got.extend(consumer.fetch(n - len(got), min(remaining, 1.0)))
         return got
 
-    def assert_empty(self, consumer: TransportConsumer) -> None:
+    def assert_empty(self, consumer: SyncConsumer) -> None:
         assert consumer.fetch(10, self.empty_wait) == []
 
     # -- upstream's helper names, for cases a subclass written against upstream adds ---------
@@ -110,11 +116,11 @@ class ContractFixtures:
         )
 
     def _consumer(
-        self, transport: QueueTransport, queue: QueueName = QueueName.INPUT
-    ) -> TransportConsumer:
+        self, transport: SyncTransport, queue: QueueName = QueueName.INPUT
+    ) -> SyncConsumer:
         return self.consumer(transport, queue)
 
-    def _pair(self, queue: QueueName = QueueName.INPUT) -> tuple[QueueTransport, TransportConsumer]:
-        transport = self.make_transport()
+    def _pair(self, queue: QueueName = QueueName.INPUT) -> tuple[SyncTransport, SyncConsumer]:
+        transport = SyncTransport(self.make_transport())
         self._transports.append(transport)
         return transport, self.consumer(transport, queue)

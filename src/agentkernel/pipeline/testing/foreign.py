@@ -12,14 +12,14 @@ import logging
 import time
 import uuid
 from collections.abc import Callable
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import pytest
 
 from agentkernel.pipeline.consumer.handling import MessageHandling
 from agentkernel.pipeline.runtime.metrics import METRICS
 from agentkernel.pipeline.testing.fixtures import ContractFixtures
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.sync_face import SyncConsumer, SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 
@@ -32,9 +32,10 @@ class UndecodableCases(ContractFixtures):
     ack_wait: ClassVar[float]
 
     def send_undecodable(
-        self, transport: QueueTransport, queue: QueueName, kind: str, group: str, request_id: str
+        self, transport: Any, queue: QueueName, kind: str, group: str, request_id: str
     ) -> str | None:
-        """Publish a message of ``kind`` natively, bypassing ``send``.
+        """Publish a message of ``kind`` natively, bypassing ``send``, on ``transport`` (what
+        ``make_transport`` returned).
 
         Returns:
             the request id the message is expected to still carry, or ``None`` when ``kind``
@@ -43,7 +44,7 @@ class UndecodableCases(ContractFixtures):
         raise NotImplementedError
 
     def test_an_undecodable_message_neither_blocks_nor_returns(
-        self, transport: QueueTransport
+        self, transport: SyncTransport
     ) -> None:
         for queue in QueueName:
             consumer = self.consumer(transport, queue)  # one per queue: a group member each
@@ -51,12 +52,12 @@ class UndecodableCases(ContractFixtures):
                 self._one_undecodable(transport, consumer, queue, kind)
 
     def _one_undecodable(
-        self, transport: QueueTransport, consumer: TransportConsumer, queue: QueueName, kind: str
+        self, transport: SyncTransport, consumer: SyncConsumer, queue: QueueName, kind: str
     ) -> None:
         group, beside = self.distinct_groups(2)
         tag = uuid.uuid4().hex[:8]
         transport.send(queue, self.msg(f"before-{tag}", group=group))
-        expected = self.send_undecodable(transport, queue, kind, group, f"r-{tag}")
+        expected = self.send_undecodable(transport.broker, queue, kind, group, f"r-{tag}")
         transport.send(queue, self.msg(f"after-{tag}", group=group))
         transport.send(queue, self.msg(f"beside-{tag}", group=beside))
         bodies, foreign = self._settle_all(consumer, 4)
@@ -68,9 +69,7 @@ class UndecodableCases(ContractFixtures):
         self.advance(self.ack_wait + 0.5)
         self.assert_empty(consumer)  # dead-lettered once: it does not come back
 
-    def _settle_all(
-        self, consumer: TransportConsumer, n: int
-    ) -> tuple[list[str], list[QueueMessage]]:
+    def _settle_all(self, consumer: SyncConsumer, n: int) -> tuple[list[str], list[QueueMessage]]:
         """Fetch ``n`` messages, acking decodable ones and dead-lettering the others."""
         bodies: list[str] = []
         foreign: list[QueueMessage] = []
@@ -86,11 +85,11 @@ class UndecodableCases(ContractFixtures):
         return bodies, foreign
 
     def test_the_handling_dead_letters_an_undecodable_message_once(
-        self, transport: QueueTransport, caplog: pytest.LogCaptureFixture
+        self, transport: SyncTransport, caplog: pytest.LogCaptureFixture
     ) -> None:
         kind, (group,) = self.undecodable_kinds[0], self.distinct_groups(1)
         rid = f"r-{uuid.uuid4().hex[:8]}"
-        expected = self.send_undecodable(transport, QueueName.INPUT, kind, group, rid)
+        expected = self.send_undecodable(transport.broker, QueueName.INPUT, kind, group, rid)
         transport.send(QueueName.INPUT, self.msg("next", group=group))
         processed: list[str] = []
         refused: list[QueueMessage] = []
@@ -113,12 +112,12 @@ class UndecodableCases(ContractFixtures):
         self.assert_empty(consumer)
 
     async def _handle_until(
-        self, handling: MessageHandling, consumer: TransportConsumer, done: Callable[[], bool]
+        self, handling: MessageHandling, consumer: SyncConsumer, done: Callable[[], bool]
     ) -> None:
         deadline = time.monotonic() + 2 * self.fetch_wait
         while not done() and time.monotonic() < deadline:
             for m in await asyncio.to_thread(consumer.fetch, 2, 1.0):
-                await handling.begin(consumer, m)
+                await handling.begin(consumer.consumer, m)  # the async API behind the face
 
 
 def _undecodable_count() -> float:

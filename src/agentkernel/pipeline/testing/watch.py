@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 import time
 
-from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.sync_face import SyncConsumer
 
 #: Longest single fetch of a waiting consumer, in seconds.
 FETCH_SLICE_SECONDS = 2.0
@@ -15,7 +15,7 @@ class GroupLockWatch:
     """Each consumer fetches on its own thread until :meth:`stop_at`'s time, one message at a
     time and never acking; every message is noted with when it was received (monotonic)."""
 
-    def __init__(self, consumers: list[TransportConsumer]) -> None:
+    def __init__(self, consumers: list[SyncConsumer]) -> None:
         self._consumers = consumers
         self._received: list[tuple[float, str]] = []
         self._changed = threading.Condition()
@@ -45,7 +45,7 @@ class GroupLockWatch:
         with self._changed:
             return list(self._received)
 
-    def _wait_in_fetch(self, consumer: TransportConsumer) -> None:
+    def _wait_in_fetch(self, consumer: SyncConsumer) -> None:
         holding = False  # one in flight per consumer, like a thread running a turn
         while not holding and (left := self._left()) > 0:
             for message in consumer.fetch(1, min(left, FETCH_SLICE_SECONDS)):

@@ -10,10 +10,10 @@ wait, INPUT/OUTPUT isolation) or declares on its contract test which one its bro
 from __future__ import annotations
 
 import logging
+import warnings
 from abc import ABC, abstractmethod
 from typing import Any, ClassVar
 
-from agentkernel.core.blocking import call
 from agentkernel.core.config.queues import QueuesConfig
 from agentkernel.core.errors import AKConfigError
 from agentkernel.core.lazy import lazy_getattr
@@ -31,74 +31,54 @@ __getattr__ = lazy_getattr(
 
 
 class TransportConsumer(ABC):
-    """Receives messages from one queue; one instance per consumer thread.
+    """Receives messages from one queue: the pipeline's one consumer API, async throughout.
 
-    ``fetch`` is only ever called by the owning thread, but ``ack``, ``nack``, ``dead_letter`` and
-    ``extend_lease`` may be called from other threads while a fetch is blocked (a runner keeps
-    many turns in flight and settles each one as it finishes), so they must be thread-safe.
-    Fetching again while earlier messages are still unacknowledged is always allowed.
+    ``fetch`` is only awaited by one task at a time, but ``ack``, ``nack``, ``dead_letter`` and
+    ``extend_lease`` may be awaited by other tasks while a fetch waits (a runner keeps many turns
+    in flight and settles each one as it finishes). Fetching again while earlier messages are
+    still unacknowledged is always allowed.
+
+    A consumer written as upstream's guide describes it, with plain ``def`` methods, is adapted
+    where it enters the pipeline (:func:`agentkernel.pipeline.transport.blocking.adapt_consumer`):
+    its fetches run on a thread of its own and its other calls on worker threads.
     """
 
-    #: ``ack``/``nack``/``dead_letter`` never wait on I/O, so event-loop code may call them
-    #: inline instead of on a worker thread.
-    nonblocking: ClassVar[bool] = False
-
-    #: Longest wait a single fetch should be asked for, in seconds. ``None`` lets the
-    #: ConsumerLoop slice waits to about a second so it notices shutdown quickly; a broker that
-    #: bills every receive call (SQS) declares a longer slice.
-    fetch_wait_slice_seconds: float | None = None
-
     @abstractmethod
-    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+    async def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
         """Return up to ``batch_size`` messages, waiting at most ``wait_seconds`` for the first.
 
-        Returns fewer (possibly none) rather than blocking past the wait.
+        Returns fewer (possibly none) rather than waiting past ``wait_seconds``.
         """
-
-    def home_loop(self) -> LoopThread | None:
-        """The event-loop thread this consumer's client runs on, or ``None`` (the default).
-
-        A consumer with one offers :meth:`fetch_async` too, and its ``ack``, ``nack``,
-        ``dead_letter`` and ``extend_lease`` do not wait when called on that loop: a
-        :class:`~agentkernel.pipeline.consumer.loop.ConsumerLoop` then fetches and handles
-        its messages there, without a thread hop per message.
-        """
-        return None
-
-    async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        """:meth:`fetch` awaited on :meth:`home_loop`; only called when that is not ``None``."""
-        raise NotImplementedError(f"{type(self).__name__} fetches on threads only")
 
     @abstractmethod
-    def ack(self, message: QueueMessage) -> None:
+    async def ack(self, message: QueueMessage) -> None:
         """Remove the message for good (processed, or handled as a permanent failure)."""
 
-    def nack(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
-        """Give the message back for redelivery; default: let the lease run out."""
+    async def nack(self, message: QueueMessage, delay_seconds: float | None = None) -> bool:
+        """Give the message back for redelivery, after about ``delay_seconds`` when given.
 
-    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
-        """Give the message back for redelivery in about ``delay_seconds``, if the broker can.
+        The default lets the lease run out, and cannot delay.
 
         Returns:
-            ``True`` when the transport scheduled the delayed redelivery itself. ``False`` (the
-            default) when it cannot: the caller then keeps the message (and its lease) for the
-            delay and calls :meth:`nack`.
+            ``False`` when a delay was asked for and the broker cannot schedule one: nothing
+            happened, and the caller keeps the message (and its lease) for the delay, then
+            nacks it without one. ``True`` otherwise.
         """
-        return False
+        return not delay_seconds
 
-    def dead_letter(self, message: QueueMessage) -> None:
+    async def dead_letter(self, message: QueueMessage) -> None:
         """Final disposition after the permanent-failure hook ran; default: ``ack``."""
-        self.ack(message)
+        await self.ack(message)
 
     @property
     def lease_seconds(self) -> float | None:
         """Seconds a fetched message stays invisible, or ``None`` when leases do not expire."""
         return None
 
-    def extend_lease(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
+    async def extend_lease(self, message: QueueMessage) -> None:  # noqa: B027 - optional hook
         """Restart the message's lease (visibility timeout, ack wait) while work goes on."""
 
-    def stop_fetching(self) -> list[QueueMessage]:
+    async def stop_fetching(self) -> list[QueueMessage]:
         """No fetch will follow (the loop drains): stop asking the broker for messages now.
 
         Returns:
@@ -110,26 +90,47 @@ class TransportConsumer(ABC):
         """
         return []
 
-    def close(self) -> None:  # noqa: B027 - optional hook
+    async def close(self) -> None:  # noqa: B027 - optional hook
         """Release broker resources (subscriptions, group membership, threads). Idempotent."""
+
+    def home_loop(self) -> LoopThread | None:
+        """The event-loop thread this consumer's client is bound to, or ``None`` (the default).
+
+        A consumer loop awaits a consumer that has one on that loop only, and handles its
+        messages there, so a message crosses no thread between its fetch and its ack.
+        """
+        return None
+
+    # -- upstream's names, for one release ------------------------------------------------
+
+    async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        """Deprecated: ``fetch`` is async now."""
+        deprecated("TransportConsumer.fetch_async", "fetch")
+        return await self.fetch(batch_size, wait_seconds)
+
+    async def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
+        """Deprecated: ``nack(message, delay_seconds)``."""
+        deprecated("TransportConsumer.nack_later", "nack(message, delay_seconds)")
+        return await self.nack(message, delay_seconds)
 
 
 class QueueTransport(ABC):
-    """The send side of a broker, shared by all threads of a process (``send`` is thread-safe)."""
+    """The send side of a broker, shared by all tasks and threads of a process.
 
-    #: ``send`` never waits on I/O, so event-loop code may call it inline.
-    nonblocking: ClassVar[bool] = False
-    #: :meth:`send_async` awaits the broker on an event loop, with no worker thread in between
-    #: (the default runs ``send`` on one).
-    sends_on_loop: ClassVar[bool] = False
+    ``send`` is async; the lifecycle calls (``create_consumer``, ``ping``, ``check_queues``,
+    ``close``) are plain calls made at start, from ``/ready`` and at exit. A transport written
+    with a plain ``def send`` (upstream's guide) is adapted where it enters the pipeline
+    (:func:`agentkernel.pipeline.transport.blocking.adapt`).
+    """
+
     #: The queues live in this process: nothing outside it can reach them and they die with it
     #: (its queued messages must be handled before exit); it then also offers ``depth(queue)``,
     #: ``in_flight(queue)`` and ``purge(queue)``.
     queues_in_process: ClassVar[bool] = False
 
     @abstractmethod
-    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
-        """Publish ``message`` on ``queue``.
+    async def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        """Publish ``message`` on ``queue``. Cancelling the call may leave the message sent.
 
         Returns:
             the broker's message id, or ``None`` when the message was dropped as a duplicate.
@@ -139,18 +140,8 @@ class QueueTransport(ABC):
             TransportError: the broker did not accept the message.
         """
 
-    async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
-        """:meth:`send` from an event loop, with the same result and errors.
-
-        By default ``send`` runs inline when it is ``nonblocking`` and on a worker thread
-        otherwise. A transport whose client lives on an event loop of its own overrides this to
-        await the publish on that loop, which saves the worker thread's hop (about 40 us of CPU
-        per message on a 2-core machine). Cancelling the call may leave the message sent.
-        """
-        return await call(self.nonblocking, self.send, queue, message)
-
     def create_consumer(self, queue: QueueName) -> TransportConsumer:
-        """Create a consumer of ``queue`` for one consumer thread."""
+        """Create a consumer of ``queue`` for one consumer task."""
         raise NotImplementedError(f"{type(self).__name__} cannot consume")
 
     def check_consumer_capacity(self, queue: QueueName, num_consumers: int) -> None:  # noqa: B027
@@ -170,6 +161,20 @@ class QueueTransport(ABC):
 
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the transport's own connections."""
+
+    async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
+        """Deprecated: ``send`` is async now."""
+        deprecated("QueueTransport.send_async", "send")
+        return await self.send(queue, message)
+
+
+def deprecated(old: str, new: str) -> None:
+    """Warn once per call site that ``old`` goes in the next release."""
+    warnings.warn(
+        f"{old} is deprecated and goes in the next release; use {new}",
+        DeprecationWarning,
+        stacklevel=3,
+    )
 
 
 def require_block(block: QueuesConfig, name: str) -> Any:

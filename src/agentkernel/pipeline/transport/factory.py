@@ -22,6 +22,7 @@ from agentkernel.pipeline.transport.base import (
     require_block,
     require_queue_urls,
 )
+from agentkernel.pipeline.transport.blocking import AnyTransport
 from agentkernel.pipeline.wire.envelope import QueueName
 
 __all__ = ["DEFAULT_CONFIG_PATH", "QueueTransportFactory", "QueuesConfigLike"]
@@ -81,7 +82,7 @@ class QueueTransportFactory:
     @classmethod
     def create(
         cls, queues_config: QueuesConfigLike | None = None, config_path: str = DEFAULT_CONFIG_PATH
-    ) -> QueueTransport:
+    ) -> AnyTransport:
         """Create the configured transport.
 
         Args:
@@ -98,7 +99,7 @@ class QueueTransportFactory:
             return cls._create(cls._block(queues_config, config_path), config_path)
 
     @classmethod
-    def _create(cls, block: QueuesConfig, path: str) -> QueueTransport:
+    def _create(cls, block: QueuesConfig, path: str) -> AnyTransport:
         kind = block.type
         if kind == "in_memory":
             from agentkernel.pipeline.transport.in_memory import InMemoryTransport

@@ -23,7 +23,7 @@ from typing import ClassVar
 
 from agentkernel.core.config.queues import InMemoryQueueConfig, QueuesConfig
 from agentkernel.core.errors import TransportClosedError
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.blocking import BlockingConsumer, BlockingTransport
 from agentkernel.pipeline.transport.in_memory_broker import Broker, Clock, ManualClock
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
@@ -35,7 +35,7 @@ logger = logging.getLogger(__name__)
 DEFAULT_SECONDS = 300.0
 
 
-class InMemoryTransport(QueueTransport):
+class InMemoryTransport(BlockingTransport):
     """A thread-safe in-process broker with the full delivery semantics.
 
     Args:
@@ -142,7 +142,7 @@ class InMemoryTransport(QueueTransport):
         return self._broker.purge(QueueName(queue))
 
 
-class InMemoryConsumer(TransportConsumer):
+class InMemoryConsumer(BlockingConsumer):
     """A consumer of one in-memory queue."""
 
     nonblocking = True

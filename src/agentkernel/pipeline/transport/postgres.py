@@ -42,7 +42,8 @@ from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.pipeline.postgres import queue_sql as q
 from agentkernel.pipeline.postgres.client import conninfo, open_pool, pg_errors, pooled
 from agentkernel.pipeline.postgres.schema import establish, query_in
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer, require_block
+from agentkernel.pipeline.transport.base import require_block
+from agentkernel.pipeline.transport.blocking import BlockingConsumer, BlockingTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from agentkernel.pipeline.wire.position import Position
 
@@ -63,7 +64,7 @@ def _errors(what: str) -> AbstractContextManager[None]:
     )
 
 
-class PostgresTransport(QueueTransport):
+class PostgresTransport(BlockingTransport):
     """INPUT and OUTPUT as rows of ``<db_schema>.queue_messages``.
 
     Args:
@@ -154,7 +155,7 @@ class PostgresTransport(QueueTransport):
         self.pool.close(timeout=2.0)
 
 
-class PostgresConsumer(TransportConsumer):
+class PostgresConsumer(BlockingConsumer):
     """Leases messages of one queue; ack, nack and extend are thread-safe (pooled)."""
 
     def __init__(self, transport: PostgresTransport, queue: QueueName) -> None:

@@ -3,10 +3,10 @@
 A message whose handling failed is not nacked at once: a broker outage would otherwise turn every
 message into a tight retry loop (hundreds of deliveries a second, a log line each). The delay is
 ``base * 2**(receive_count - 1)`` seconds, capped. Where the transport can delay a redelivery
-itself (:meth:`TransportConsumer.nack_later`) it does; otherwise the message and its lease are
-kept for the delay in the message's own task, so other messages go on meanwhile. A stopping
-handling ends every wait at once, but hands nothing back while its own fetches are still running:
-a fetch in progress would take the message again and spend one of its deliveries.
+itself (:meth:`TransportConsumer.nack` with a delay) it does; otherwise the message and its
+lease are kept for the delay in the message's own task, so other messages go on meanwhile. A
+stopping handling ends every wait at once, but hands nothing back while its own fetches are still
+running: a fetch in progress would take the message again and spend one of its deliveries.
 """
 
 from __future__ import annotations
@@ -16,7 +16,6 @@ import logging
 import time
 from collections.abc import Callable
 
-from agentkernel.core.blocking import call
 from agentkernel.core.log_limit import RateLimitedLog
 from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.wire.envelope import QueueMessage
@@ -100,13 +99,13 @@ class Redelivery:
         if self._stopping():
             holding()  # not running any more: its place may take a message fetched late
             await self._fetches_ended()
-        if await call(consumer.nonblocking, self._nacked_later, consumer, message):
+        if await self._nacked_later(consumer, message):
             return
         holding()  # frees the place once, however often it is called
         await pause(self.delay(message), self._stopping)
         await self._fetches_ended()
         self._release(message)
-        await call(consumer.nonblocking, self.nack, consumer, message)
+        await self.nack(consumer, message)
 
     async def _fetches_ended(self) -> None:
         """When stopping: wait until no fetch of this handling can take a handed-back message."""
@@ -114,10 +113,10 @@ class Redelivery:
         while self._stopping() and self.fetching() and time.monotonic() < deadline:
             await asyncio.sleep(FETCH_END_POLL_SECONDS)
 
-    def nack(self, consumer: TransportConsumer, message: QueueMessage) -> None:
+    async def nack(self, consumer: TransportConsumer, message: QueueMessage) -> None:
         """Hand ``message`` back at once; a failure is logged (its lease then runs out)."""
         try:
-            consumer.nack(message)
+            await consumer.nack(message)
         except Exception as exc:
             self._log.log(
                 logging.ERROR,
@@ -128,11 +127,11 @@ class Redelivery:
                 exc_info=True,
             )
 
-    def _nacked_later(self, consumer: TransportConsumer, message: QueueMessage) -> bool:
+    async def _nacked_later(self, consumer: TransportConsumer, message: QueueMessage) -> bool:
         """Let the transport delay the redelivery itself, where it can."""
         delay = self.delay(message)
         try:
-            if delay and consumer.nack_later(message, delay):
+            if delay and await consumer.nack(message, delay):
                 self._release(message)
                 return True
         except Exception:

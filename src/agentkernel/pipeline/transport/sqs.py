@@ -37,11 +37,8 @@ from agentkernel.core.errors import (
     TransportError,
 )
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline.transport.base import (
-    QueueTransport,
-    TransportConsumer,
-    require_queue_urls,
-)
+from agentkernel.pipeline.transport.base import require_queue_urls
+from agentkernel.pipeline.transport.blocking import BlockingConsumer, BlockingTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 logger = logging.getLogger(__name__)
@@ -131,7 +128,7 @@ def message_size(body: str, attributes: dict[str, dict[str, str]]) -> int:
     return size
 
 
-class SQSTransport(QueueTransport):
+class SQSTransport(BlockingTransport):
     """INPUT and OUTPUT on two SQS FIFO queues.
 
     Args:
@@ -224,7 +221,7 @@ class SQSTransport(QueueTransport):
             self.queue_attributes(queue, "QueueArn")
 
 
-class SQSConsumer(TransportConsumer):
+class SQSConsumer(BlockingConsumer):
     """Receives from one SQS queue with its own client."""
 
     def __init__(self, transport: SQSTransport, queue: QueueName) -> None:

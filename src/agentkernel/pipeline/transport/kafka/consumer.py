@@ -15,7 +15,7 @@ from confluent_kafka import Consumer, KafkaException, TopicPartition
 
 from agentkernel.core.config.queues import KafkaQueueConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
-from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.blocking import BlockingConsumer
 from agentkernel.pipeline.transport.bookkeeping import BookkeepingStore
 from agentkernel.pipeline.transport.kafka.errors import kafka_errors
 from agentkernel.pipeline.transport.kafka.identity import unit_of
@@ -55,7 +55,7 @@ class KafkaSource(Protocol):
     def produce(self, topic: str, value: bytes, key: bytes | None, headers: list[Any]) -> str: ...
 
 
-class KafkaConsumer(TransportConsumer):
+class KafkaConsumer(BlockingConsumer):
     """One consumer-group member; hands out records per key (see the module docstring).
 
     A private thread owns the client: it polls, buffers records, answers rebalances and commits.

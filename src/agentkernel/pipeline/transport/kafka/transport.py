@@ -18,7 +18,8 @@ from confluent_kafka.admin import AdminClient, NewTopic  # type: ignore[attr-def
 from agentkernel.core.config.kafka import require_shared
 from agentkernel.core.config.queues import KafkaQueueConfig, QueuesConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
-from agentkernel.pipeline.transport.base import QueueTransport, require_block
+from agentkernel.pipeline.transport.base import require_block
+from agentkernel.pipeline.transport.blocking import BlockingTransport
 from agentkernel.pipeline.transport.bookkeeping import (
     BookkeepingStore,
     InMemoryBookkeepingStore,
@@ -41,7 +42,7 @@ _CLIENT_KEY = "execution.queues.kafka.client_config"
 _LIBRDKAFKA_LOG = logging.getLogger("agentkernel.kafka.librdkafka")
 
 
-class KafkaTransport(QueueTransport):
+class KafkaTransport(BlockingTransport):
     """INPUT and OUTPUT on two topics, one consumer group per queue.
 
     Args:

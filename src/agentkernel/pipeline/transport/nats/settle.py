@@ -20,7 +20,7 @@ from typing import Any
 
 from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.core.errors import TransportError
-from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.blocking import BlockingConsumer
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import REMOTE, Book, Entry
 from agentkernel.pipeline.transport.nats.changes import Changes
@@ -30,7 +30,7 @@ from agentkernel.pipeline.wire.envelope import QueueMessage
 logger = logging.getLogger(__name__)
 
 
-class Settling(TransportConsumer):
+class Settling(BlockingConsumer):
     """The settle methods of :class:`~.consumer.NatsConsumer` (their state is set up there)."""
 
     #: On the connection's loop nothing here waits (see the module docstring).

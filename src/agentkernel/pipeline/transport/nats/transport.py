@@ -34,7 +34,8 @@ from typing import Any, ClassVar
 from agentkernel.core.config.queues import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import MessageRejectedError, TransportError
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline.transport.base import QueueTransport, require_block
+from agentkernel.pipeline.transport.base import require_block
+from agentkernel.pipeline.transport.blocking import BlockingTransport
 from agentkernel.pipeline.transport.nats.connection import Connection
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
@@ -51,7 +52,7 @@ def partition_of(group_id: str | None, partitions: int) -> int:
     return zlib.crc32((group_id or "").encode()) % partitions
 
 
-class NatsTransport(QueueTransport):
+class NatsTransport(BlockingTransport):
     """INPUT and OUTPUT on two JetStream work-queue streams.
 
     Args:

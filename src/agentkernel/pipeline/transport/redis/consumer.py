@@ -25,7 +25,7 @@ import redis
 from agentkernel.core.config.queues import RedisQueueConfig
 from agentkernel.core.errors import TransportClosedError, TransportError
 from agentkernel.core.redis_client import node_for
-from agentkernel.pipeline.transport.base import TransportConsumer
+from agentkernel.pipeline.transport.blocking import BlockingConsumer
 from agentkernel.pipeline.transport.redis.acks import PipelinedAcks
 from agentkernel.pipeline.transport.redis.codec import Handle, decoded
 from agentkernel.pipeline.transport.redis.errors import stream_errors
@@ -49,7 +49,7 @@ class RedisSource(Protocol):
     scripts: dict[str, Callable[..., Any]]
 
 
-class RedisStreamsConsumer(TransportConsumer):
+class RedisStreamsConsumer(BlockingConsumer):
     """One member of a queue's consumer group; its name is unique per instance."""
 
     def __init__(self, transport: RedisSource, keys: QueueKeys) -> None:

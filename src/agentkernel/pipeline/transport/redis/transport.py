@@ -17,7 +17,8 @@ import redis
 from agentkernel.core.config.queues import QueuesConfig, RedisQueueConfig
 from agentkernel.core.errors import AKConfigError, MessageRejectedError, TransportError
 from agentkernel.core.redis_client import node_for, redis_client
-from agentkernel.pipeline.transport.base import QueueTransport, require_block
+from agentkernel.pipeline.transport.base import require_block
+from agentkernel.pipeline.transport.blocking import BlockingTransport
 from agentkernel.pipeline.transport.redis import scripts
 from agentkernel.pipeline.transport.redis.codec import encode_attributes
 from agentkernel.pipeline.transport.redis.consumer import RedisStreamsConsumer
@@ -34,7 +35,7 @@ PRUNE_IDLE_SECONDS = 600.0
 MIN_VERSION = (6, 2)
 
 
-class RedisStreamsTransport(QueueTransport):
+class RedisStreamsTransport(BlockingTransport):
     """INPUT and OUTPUT as two sets of streams on one Redis, one consumer group per queue.
 
     Args:
