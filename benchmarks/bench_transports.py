@@ -27,6 +27,8 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.blocking import is_async
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 BODY = "x" * 200
@@ -40,6 +42,11 @@ def timed(fn: Callable[[], None]) -> float:
 
 
 def pipeline_rates(transport: QueueTransport, n: int) -> tuple[float, float]:
+    """Publish, then fetch and ack, ``n`` messages as plain code calls the transport: a blocking
+    one directly, an async one (NATS) through the sync face."""
+    if is_async(transport):
+        transport = SyncTransport(transport)  # type: ignore[assignment]
+
     def publish() -> None:
         for i in range(n):
             transport.send(

@@ -35,6 +35,7 @@ from typing import Any
 from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 PARTITIONS = 16
@@ -66,7 +67,7 @@ def emit(**event: Any) -> None:
 
 
 def worker(url: str, tag: str, role: str) -> None:
-    transport = NatsTransport(settings(url, tag))
+    transport = SyncTransport(NatsTransport(settings(url, tag)))
     consumers: list[Any] = []
     stop = threading.Event()
 
@@ -158,7 +159,7 @@ def wait_until(done: Any, timeout: float) -> float:
 
 def probe(args: argparse.Namespace) -> None:
     tag = uuid.uuid4().hex[:8].upper()
-    transport = NatsTransport(settings(args.url, tag))
+    transport = SyncTransport(NatsTransport(settings(args.url, tag)))
     saturated = Worker(args.url, tag, "saturated", "saturated")
     saturated.wait_for("ready", 20)
     for i in range(SATURATED_IN_FLIGHT * 3):  # its first turns, on as many partitions as exist

@@ -30,6 +30,7 @@ from agentkernel.pipeline.runner.agent_runner import AgentRunner
 from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests import foreign
 from tests.runner_config import config_with
@@ -155,6 +156,7 @@ def test_foreign_messages_delay_nothing_and_are_answered(
     broker: tuple[QueueTransport, Publish, tuple[str, ...]],
 ) -> None:
     transport, publish, kinds = broker
+    face = SyncTransport(transport)  # this thread sends as plain code does
     tag = uuid.uuid4().hex[:8]
     sessions = [f"s{i}-{tag}" for i in range(SESSIONS)]
     valid: list[str] = []
@@ -163,7 +165,7 @@ def test_foreign_messages_delay_nothing_and_are_answered(
         for n in range(TURNS):
             for i, session in enumerate(sessions):
                 rid = f"t{n}-{i}-{tag}"
-                transport.send(QueueName.INPUT, turn_message(session, str(n), rid))
+                face.send(QueueName.INPUT, turn_message(session, str(n), rid))
                 valid.append(rid)
                 if n == 1:  # foreign messages between the turns of every session
                     for k, kind in enumerate(kinds):
@@ -172,7 +174,7 @@ def test_foreign_messages_delay_nothing_and_are_answered(
                             if publish(transport, queue, kind, session, frid) is not None:
                                 refused[frid] = status
                     mismatch = f"m-{i}-{tag}"
-                    transport.send(
+                    face.send(
                         QueueName.INPUT, turn_message(session, "x", mismatch, f"victim-{tag}")
                     )
                     refused[mismatch] = 400

@@ -275,6 +275,7 @@ def test_a_2_mb_reply_on_nats_is_answered_reply_too_large_once(nats_url: str) ->
     """The observed case: a reply over NATS's 1 MB message limit was retried, and each retry
     added the turn to the session state again. Now: one run, one error reply, state untouched."""
     from agentkernel.pipeline.transport.nats import NatsTransport
+    from agentkernel.pipeline.transport.sync_face import SyncTransport
     from tests.transports.test_nats import settings
 
     transport = NatsTransport(settings(nats_url), {QueueName.INPUT: 10, QueueName.OUTPUT: 10})
@@ -295,7 +296,7 @@ def test_a_2_mb_reply_on_nats_is_answered_reply_too_large_once(nats_url: str) ->
         run(runner.process_message(delivery("n", "BIG", "r2")))  # no exception: not retried
         run(runner.process_message(delivery("n", "BIG", "r2", attempt=2)))
         run(runner.process_message(delivery("n", "third", "r3")))
-        consumer = transport.create_consumer(QueueName.OUTPUT)
+        consumer = SyncTransport(transport).create_consumer(QueueName.OUTPUT)
         got = []
         while batch := consumer.fetch(10, 2):
             for message in batch:

@@ -9,11 +9,12 @@ import sys
 
 from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.transport.nats import NatsTransport
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueName
 
 settings = NatsQueueConfig.model_validate_json(sys.argv[1])
 wanted = int(sys.argv[2])
-consumer = NatsTransport(settings).create_consumer(QueueName.INPUT)
+consumer = SyncTransport(NatsTransport(settings)).create_consumer(QueueName.INPUT)
 held = []
 while len(held) < wanted:
     for message in consumer.fetch(wanted - len(held), 1.0):

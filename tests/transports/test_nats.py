@@ -20,9 +20,11 @@ from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.testing import QueueTransportContract
 from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.foreign import NATS_KINDS, publish_nats
 from tests.servers import free_port
+from tests.transports.nats_sync import nats
 
 pytestmark = pytest.mark.nats
 
@@ -93,35 +95,35 @@ def test_partitions_are_stable_and_spread() -> None:
 def test_missing_stream_fails_fast_naming_it(nats_url: str) -> None:
     config = settings(nats_url, auto_provision=False)
     with pytest.raises(AKConfigError, match=config.input_stream):
-        NatsTransport(config)
+        nats(config)
 
 
 def test_missing_consumer_fails_fast_naming_it(nats_url: str) -> None:
     config = settings(nats_url)
-    transport = NatsTransport(config)  # provisions the streams
+    transport = nats(config)  # provisions the streams
     transport.create_consumer(QueueName.INPUT).close()  # and, as INPUT's consumer, its consumers
     transport.run(
         transport.conn.js.delete_consumer(config.input_stream, f"{config.input_stream}-p2")
     )
-    declared = NatsTransport(config.model_copy(update={"auto_provision": False}))
+    declared = nats(config.model_copy(update={"auto_provision": False}))
     with pytest.raises(AKConfigError, match=f"{config.input_stream}-p2"):
         declared.create_consumer(QueueName.INPUT)  # consumers are checked by their owners
 
 
 def test_oversized_message_is_refused(nats_url: str) -> None:
-    transport = NatsTransport(settings(nats_url))
+    transport = nats(settings(nats_url))
     with pytest.raises(MessageRejectedError):
         transport.send(QueueName.INPUT, QueueMessage(body="x" * (2 * 1024 * 1024)))
 
 
 def test_capacity_warning(nats_url: str, caplog: pytest.LogCaptureFixture) -> None:
-    transport = NatsTransport(settings(nats_url))
+    transport = nats(settings(nats_url))
     transport.check_consumer_capacity(QueueName.INPUT, 9)
     assert "only 4 NATS partitions" in caplog.text
 
 
 def test_dead_letter_stops_redelivery(nats_url: str) -> None:
-    transport = NatsTransport(settings(nats_url, ack_wait=1.0))
+    transport = nats(settings(nats_url, ack_wait=1.0))
     transport.send(QueueName.INPUT, QueueMessage(body="poison", group_id="g"))
     consumer = transport.create_consumer(QueueName.INPUT)
     consumer.dead_letter(consumer.fetch(1, 5)[0])
@@ -133,7 +135,7 @@ def test_dead_letter_stops_redelivery(nats_url: str) -> None:
 
 
 def test_close_gives_back_nothing_it_did_not_hand_out(nats_url: str) -> None:
-    transport = NatsTransport(settings(nats_url, ack_wait=30.0))
+    transport = nats(settings(nats_url, ack_wait=30.0))
     draining = transport.create_consumer(QueueName.INPUT)
     assert draining.fetch(1, 0.1) == []  # then the loop stops fetching, as during a drain
     transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
@@ -144,7 +146,7 @@ def test_close_gives_back_nothing_it_did_not_hand_out(nats_url: str) -> None:
 
 
 def test_close_during_a_waiting_fetch_ends_it_and_costs_no_delivery(nats_url: str) -> None:
-    transport = NatsTransport(settings(nats_url, ack_wait=30.0))
+    transport = nats(settings(nats_url, ack_wait=30.0))
     consumer = transport.create_consumer(QueueName.INPUT)
     result: list[object] = []
     waiting = threading.Thread(target=lambda: result.append(consumer.fetch(1, 5.0)))
@@ -163,7 +165,7 @@ def test_a_message_given_back_still_reaches_the_permanent_failure_hook(nats_url:
     block = QueuesConfig.model_validate(
         {"type": "nats", "nats": settings(nats_url), "input": {"max_receive_count": 2}}
     )
-    transport = NatsTransport.from_config(block)
+    transport = SyncTransport(NatsTransport.from_config(block))
     transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
     bouncer = transport.create_consumer(QueueName.INPUT)
     for _ in range(3):  # three deliveries given back (as draining runners would) and counted
@@ -202,7 +204,7 @@ def fetch_all(consumer: TransportConsumer, n: int, timeout: float) -> list[Queue
 # -- existing consumers and partitions (issue 14 item 3) -----------------------------------------
 
 
-def consumer_config(transport: NatsTransport, durable: str) -> Any:
+def consumer_config(transport: SyncTransport, durable: str) -> Any:
     stream = transport.settings.input_stream
     return transport.run(transport.conn.js.consumer_info(stream, durable)).config
 
@@ -211,11 +213,9 @@ def test_changed_ack_wait_and_max_deliver_update_existing_consumers(
     nats_url: str, caplog: pytest.LogCaptureFixture
 ) -> None:
     config = settings(nats_url, ack_wait=2.0)
-    NatsTransport(config, {QueueName.INPUT: 4, QueueName.OUTPUT: 4}).create_consumer(
-        QueueName.INPUT
-    ).close()
+    nats(config, {QueueName.INPUT: 4, QueueName.OUTPUT: 4}).create_consumer(QueueName.INPUT).close()
     caplog.set_level(logging.INFO, logger="agentkernel.pipeline.transport.nats")
-    transport = NatsTransport(config.model_copy(update={"ack_wait": 7.0}))
+    transport = nats(config.model_copy(update={"ack_wait": 7.0}))
     transport.create_consumer(QueueName.INPUT).close()  # INPUT's consumers belong to its consumers
     for partition in range(config.partitions):
         current = consumer_config(transport, f"{config.input_stream}-p{partition}")
@@ -225,19 +225,19 @@ def test_changed_ack_wait_and_max_deliver_update_existing_consumers(
 
 def test_changed_ack_wait_is_refused_when_consumers_are_declared(nats_url: str) -> None:
     config = settings(nats_url, ack_wait=2.0)
-    NatsTransport(config).create_consumer(QueueName.INPUT).close()
+    nats(config).create_consumer(QueueName.INPUT).close()
     declared = config.model_copy(update={"ack_wait": 7.0, "auto_provision": False})
     with pytest.raises(AKConfigError, match=r"ack_wait 2\.0 \(configured: 7\.0\)"):
-        NatsTransport(declared).create_consumer(QueueName.INPUT)
+        nats(declared).create_consumer(QueueName.INPUT)
 
 
 @pytest.mark.parametrize("partitions", [3, 5])
 def test_a_partition_count_change_is_refused(nats_url: str, partitions: int) -> None:
     config = settings(nats_url)
-    NatsTransport(config)
+    nats(config)
     with pytest.raises(AKConfigError, match=r"partitions is \d but .* consumers for 4 partitions"):
-        NatsTransport(config.model_copy(update={"partitions": partitions}))
-    transport = NatsTransport(config)  # the original count still starts
+        nats(config.model_copy(update={"partitions": partitions}))
+    transport = nats(config)  # the original count still starts
     assert transport.depth(QueueName.INPUT) == 0
 
 
@@ -258,7 +258,7 @@ def test_a_url_password_is_never_in_thread_names_or_logs(
     caplog.set_level(logging.DEBUG)
     config = settings(with_password(nats_url), auto_provision=False)
     with pytest.raises(AKConfigError) as refused:  # the stream does not exist: names the URL
-        NatsTransport(config)
+        nats(config)
     assert "ak:***@" in str(refused.value) and SECRET not in str(refused.value)
     assert all(SECRET not in t.name for t in threading.enumerate())
     assert any(t.name.startswith("nats-nats://ak:***@") for t in threading.enumerate())
@@ -269,7 +269,7 @@ def test_a_url_password_is_not_in_connection_errors(caplog: pytest.LogCaptureFix
     caplog.set_level(logging.DEBUG)
     url = with_password("nats://127.0.0.1:1", port=free_port())
     with pytest.raises(TransportError) as failed:
-        NatsTransport(settings(url, request_timeout=1.0))
+        nats(settings(url, request_timeout=1.0))
     assert "ak:***@" in str(failed.value) and SECRET not in str(failed.value)
     assert SECRET not in caplog.text
 
@@ -286,7 +286,7 @@ def test_an_ack_sent_while_the_server_restarts_lands_once_it_is_back(
 
     server = PrivateNats(tmp_path / "nats")  # a file store: the stream survives the restart
     try:
-        transport = NatsTransport(settings(server.url, partitions=1, ack_wait=30.0))
+        transport = nats(settings(server.url, partitions=1, ack_wait=30.0))
         for body in ("first", "second"):
             transport.send(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
         consumer = transport.create_consumer(QueueName.INPUT)
@@ -329,19 +329,21 @@ def test_an_ack_sent_while_the_server_restarts_lands_once_it_is_back(
 
 def test_a_stream_deleted_under_a_running_transport_is_a_transport_error(nats_url: str) -> None:
     """NotFoundError, a nats-py exception, used to leave depth() unmapped."""
-    transport = NatsTransport(settings(nats_url))
+    transport = nats(settings(nats_url))
     transport.run(transport.conn.js.delete_stream(transport.settings.input_stream))
     with pytest.raises(TransportError) as failed:
         transport.depth(QueueName.INPUT)
     assert failed.value.__cause__ is not None
 
 
-def test_send_async_refuses_and_maps_errors_as_send_does(nats_url: str) -> None:
-    """The event-loop send checks before any I/O and maps client errors the same way."""
-    transport = NatsTransport(settings(nats_url))
+def test_send_on_a_callers_loop_refuses_and_maps_errors_as_the_face_does(nats_url: str) -> None:
+    """``send`` awaited off the connection's loop checks before any I/O and maps client errors
+    the same way."""
+    transport = nats(settings(nats_url))
 
     async def send(body: str) -> str | None:
-        return await transport.send_async(QueueName.INPUT, QueueMessage(body=body, group_id="g"))
+        message = QueueMessage(body=body, group_id="g")
+        return await transport.async_api.send(QueueName.INPUT, message)
 
     with pytest.raises(MessageRejectedError):
         asyncio.run(send("x" * (2 * 1024 * 1024)))

@@ -18,8 +18,10 @@ from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.core.errors import AKConfigError, TransportError
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.watch import CHECK_SECONDS
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 from tests.chaos.infra import PrivateNats
+from tests.transports.nats_sync import nats
 
 pytestmark = pytest.mark.nats
 
@@ -58,11 +60,11 @@ def group_on(partition: int, partitions: int) -> str:
     return next(g for i in range(10_000) if partition_of(g := f"s{i}", partitions) == partition)
 
 
-def consumer(transport: NatsTransport, stream: str, durable: str) -> Any:
+def consumer(transport: SyncTransport, stream: str, durable: str) -> Any:
     return transport.run(transport.conn.js.consumer_info(stream, durable)).config
 
 
-def delete_streams(transport: NatsTransport, config: NatsQueueConfig) -> None:
+def delete_streams(transport: SyncTransport, config: NatsQueueConfig) -> None:
     for stream in (config.input_stream, config.output_stream):
         transport.run(transport.conn.js.delete_stream(stream))
 
@@ -71,9 +73,9 @@ def test_an_io_process_never_rewrites_the_runners_input_consumers(
     config: NatsQueueConfig,
 ) -> None:
     """An IO process with another ack_wait rewrote INPUT's consumers, which the runners own."""
-    runner = NatsTransport(config)
+    runner = nats(config)
     runner.create_consumer(QueueName.INPUT).close()
-    io = NatsTransport(config.model_copy(update={"ack_wait": 20.0}))
+    io = nats(config.model_copy(update={"ack_wait": 20.0}))
     io.create_consumer(QueueName.OUTPUT).close()
     for p in range(config.partitions):
         assert consumer(io, config.input_stream, f"{config.input_stream}-p{p}").ack_wait == 45.0
@@ -86,9 +88,9 @@ def test_a_stream_for_fewer_partitions_refuses_a_publish_to_a_removed_one(
     config: NatsQueueConfig,
 ) -> None:
     """The broker itself refuses what a process with the old count sends to a lost partition."""
-    old = NatsTransport(config.model_copy(update={"partitions": 8}))
+    old = nats(config.model_copy(update={"partitions": 8}))
     delete_streams(old, config)
-    NatsTransport(config)  # re-provisioned for 4 partitions
+    nats(config)  # re-provisioned for 4 partitions
     with pytest.raises(TransportError):  # before its watch noticed anything
         old.send(QueueName.INPUT, QueueMessage(body="x", group_id=group_on(6, 8)))
 
@@ -97,9 +99,9 @@ def test_a_partition_count_changed_under_a_running_process_refuses_it_loudly(
     config: NatsQueueConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
     """The old count's process kept sending (8/16 sessions never answered) and stayed ready."""
-    old = NatsTransport(config.model_copy(update={"partitions": 8}))
+    old = nats(config.model_copy(update={"partitions": 8}))
     delete_streams(old, config)
-    NatsTransport(config).create_consumer(QueueName.INPUT).close()
+    nats(config).create_consumer(QueueName.INPUT).close()
     caplog.set_level(logging.WARNING, logger="agentkernel.pipeline.transport.nats")
     old._watch.check_now()
     old._watch.check_now()
@@ -110,13 +112,13 @@ def test_a_partition_count_changed_under_a_running_process_refuses_it_loudly(
     errors = [r for r in caplog.records if r.levelno == logging.ERROR]
     assert len(errors) == 2 and all("Set partitions: 4" in r.getMessage() for r in errors)
     with pytest.raises(AKConfigError, match=r"partitions is 8 but .* for 4 partitions"):
-        NatsTransport(config.model_copy(update={"partitions": 8}))  # and it cannot start again
+        nats(config.model_copy(update={"partitions": 8}))  # and it cannot start again
 
 
 def test_the_watch_finds_a_change_within_its_interval(config: NatsQueueConfig) -> None:
-    old = NatsTransport(config.model_copy(update={"partitions": 8}))
+    old = nats(config.model_copy(update={"partitions": 8}))
     delete_streams(old, config)
-    NatsTransport(config)
+    nats(config)
     deadline = time.monotonic() + CHECK_SECONDS + 3
     while not old.fault(QueueName.INPUT):
         assert time.monotonic() < deadline, "the change went unnoticed"
@@ -127,7 +129,7 @@ def test_a_deleted_input_consumer_is_recreated_with_auto_provision(
     config: NatsQueueConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Its partition stalled with nothing logged."""
-    runner = NatsTransport(config)
+    runner = nats(config)
     fetcher = runner.create_consumer(QueueName.INPUT)
     runner.run(runner.conn.js.delete_consumer(config.input_stream, f"{config.input_stream}-p1"))
     runner.send(QueueName.INPUT, QueueMessage(body="on p1", group_id=group_on(1, 4)))
@@ -144,8 +146,8 @@ def test_a_deleted_input_consumer_is_recreated_with_auto_provision(
 def test_a_deleted_consumer_without_auto_provision_fails_ready_and_fetches_nothing(
     config: NatsQueueConfig,
 ) -> None:
-    NatsTransport(config).create_consumer(QueueName.INPUT).close()
-    runner = NatsTransport(config.model_copy(update={"auto_provision": False}))
+    nats(config).create_consumer(QueueName.INPUT).close()
+    runner = nats(config.model_copy(update={"auto_provision": False}))
     fetcher = runner.create_consumer(QueueName.INPUT)
     runner.send(QueueName.INPUT, QueueMessage(body="kept", group_id=group_on(2, 4)))
     runner.run(runner.conn.js.delete_consumer(config.input_stream, f"{config.input_stream}-p1"))
@@ -159,7 +161,7 @@ def test_a_deleted_consumer_without_auto_provision_fails_ready_and_fetches_nothi
 def test_a_deleted_output_stream_is_recreated_with_auto_provision(
     config: NatsQueueConfig,
 ) -> None:
-    io = NatsTransport(config)
+    io = nats(config)
     fetcher = io.create_consumer(QueueName.OUTPUT)
     io.run(io.conn.js.delete_stream(config.output_stream))
     io._watch.check_now()
@@ -174,8 +176,8 @@ def test_a_deleted_output_stream_is_recreated_with_auto_provision(
 def test_a_deleted_output_stream_without_auto_provision_refuses_sends_and_ready(
     config: NatsQueueConfig,
 ) -> None:
-    NatsTransport(config)
-    runner = NatsTransport(config.model_copy(update={"auto_provision": False}))
+    nats(config)
+    runner = nats(config.model_copy(update={"auto_provision": False}))
     runner.run(runner.conn.js.delete_stream(config.output_stream))
     runner._watch.check_now()
     with pytest.raises(TransportError, match=f"stream '{config.output_stream}' does not exist"):
@@ -188,10 +190,10 @@ def test_consumer_settings_changed_by_another_runner_stop_the_old_one(
     config: NatsQueueConfig, caplog: pytest.LogCaptureFixture
 ) -> None:
     """Runners configured for 45 s ran under a 20 s ack_wait another process had set."""
-    old = NatsTransport(config)
+    old = nats(config)
     fetcher = old.create_consumer(QueueName.INPUT)
     caplog.set_level(logging.WARNING, logger="agentkernel.pipeline.transport.nats")
-    NatsTransport(config.model_copy(update={"ack_wait": 20.0})).create_consumer(QueueName.INPUT)
+    nats(config.model_copy(update={"ack_wait": 20.0})).create_consumer(QueueName.INPUT)
     assert "ack_wait 45.0 (configured: 20.0)" in caplog.text  # the update is not silent
     old._watch.check_now()
     assert "ack_wait 20.0 (configured: 45.0)" in old.fetch_fault(QueueName.INPUT)

@@ -15,7 +15,9 @@ from agentkernel.core.config.queues import NatsQueueConfig
 from agentkernel.pipeline.consumer.loop import ConsumerLoop
 from agentkernel.pipeline.transport.nats import NatsTransport
 from agentkernel.pipeline.transport.nats.changes import Changes
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
+from tests.transports.nats_sync import nats
 
 pytestmark = pytest.mark.nats
 
@@ -44,11 +46,11 @@ def _close_connections() -> Iterator[None]:
 
 
 @pytest.fixture
-def transport(nats_url: str) -> NatsTransport:
-    return NatsTransport(settings(nats_url))
+def transport(nats_url: str) -> SyncTransport:
+    return nats(settings(nats_url))
 
 
-def input_loop(transport: NatsTransport, process: Any, **settings: Any) -> ConsumerLoop:
+def input_loop(transport: SyncTransport, process: Any, **settings: Any) -> ConsumerLoop:
     """A consumer loop on the INPUT queue with short fetch waits; ``settings`` override."""
     options: dict[str, Any] = {
         "on_permanent_failure": lambda m: None,
@@ -76,14 +78,14 @@ def run_until(loop: ConsumerLoop, done: Callable[[], bool], timeout: float = 10.
     assert not thread.is_alive()
 
 
-def wait_depth(transport: NatsTransport, depth: int, timeout: float = 5.0) -> int:
+def wait_depth(transport: SyncTransport, depth: int, timeout: float = 5.0) -> int:
     deadline = time.monotonic() + timeout
     while (now := transport.depth(QueueName.INPUT)) != depth and time.monotonic() < deadline:
         time.sleep(0.05)
     return now
 
 
-def test_messages_are_handled_and_acked_on_the_connection_loop(transport: NatsTransport) -> None:
+def test_messages_are_handled_and_acked_on_the_connection_loop(transport: SyncTransport) -> None:
     home = transport.conn.loop.loop
     seen: list[tuple[str, bool]] = []
 
@@ -99,7 +101,7 @@ def test_messages_are_handled_and_acked_on_the_connection_loop(transport: NatsTr
 
 
 def test_a_failure_is_given_back_and_a_permanent_one_terminated_from_the_loop(
-    transport: NatsTransport,
+    transport: SyncTransport,
 ) -> None:
     deliveries: list[int] = []
     hooked: list[int] = []
@@ -122,7 +124,7 @@ def test_a_failure_is_given_back_and_a_permanent_one_terminated_from_the_loop(
 
 
 def test_a_stopping_loop_lets_the_turn_on_the_connection_loop_finish(
-    transport: NatsTransport,
+    transport: SyncTransport,
 ) -> None:
     started, finished = threading.Event(), threading.Event()
 

@@ -24,7 +24,9 @@ from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats import NatsTransport, partition_of
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.pull import Inbox
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
+from tests.transports.nats_sync import nats
 from tests.transports.test_nats import settings
 
 pytestmark = pytest.mark.nats
@@ -36,7 +38,7 @@ def _close_connections() -> Iterator[None]:
     NatsTransport.reset()
 
 
-def send(transport: NatsTransport, *messages: tuple[str, str]) -> None:
+def send(transport: SyncTransport, *messages: tuple[str, str]) -> None:
     for body, group in messages:
         transport.send(QueueName.INPUT, QueueMessage(body=body, group_id=group))
 
@@ -55,7 +57,7 @@ def seen(messages: list[QueueMessage]) -> list[tuple[str, int]]:
 
 def test_turns_in_flight_are_not_bounded_by_the_partition_count(nats_url: str) -> None:
     """Before: one message per partition in flight for the whole deployment."""
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=30.0))
+    transport = nats(settings(nats_url, partitions=1, ack_wait=30.0))
     send(transport, *[(f"s{i}", f"s{i}") for i in range(6)])
     consumer = transport.create_consumer(QueueName.INPUT)
     got = fetch_all(consumer, 6, timeout=5.0)
@@ -66,7 +68,7 @@ def test_turns_in_flight_are_not_bounded_by_the_partition_count(nats_url: str) -
 def test_a_sessions_next_message_waits_while_other_sessions_of_its_partition_run(
     nats_url: str,
 ) -> None:
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=30.0))
+    transport = nats(settings(nats_url, partitions=1, ack_wait=30.0))
     send(transport, ("a1", "a"), ("a2", "a"), ("b1", "b"))
     consumer = transport.create_consumer(QueueName.INPUT)
     got = fetch_all(consumer, 2, timeout=5.0)
@@ -79,7 +81,7 @@ def test_a_sessions_next_message_waits_while_other_sessions_of_its_partition_run
 def test_a_message_held_behind_a_turn_past_ack_wait_keeps_its_first_delivery(
     nats_url: str,
 ) -> None:
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=1.0))
+    transport = nats(settings(nats_url, partitions=1, ack_wait=1.0))
     send(transport, ("m1", "s"), ("m2", "s"))
     consumer = transport.create_consumer(QueueName.INPUT)
     [first] = consumer.fetch(2, 3.0)
@@ -93,13 +95,13 @@ def test_a_message_held_behind_a_turn_past_ack_wait_keeps_its_first_delivery(
 
 
 def test_a_message_nacked_with_a_delay_holds_its_sessions_later_messages(nats_url: str) -> None:
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=2.0))
+    transport = nats(settings(nats_url, partitions=1, ack_wait=2.0))
     send(transport, ("m1", "s"), ("m2", "s"), ("o1", "other"))
     consumer = transport.create_consumer(QueueName.INPUT)
     got = fetch_all(consumer, 2, timeout=5.0)
     assert sorted(m.body for m in got) == ["m1", "o1"]
     consumer.ack(next(m for m in got if m.body == "o1"))
-    assert consumer.nack_later(next(m for m in got if m.body == "m1"), 3.0)
+    assert consumer.nack(next(m for m in got if m.body == "m1"), 3.0)
     started = time.monotonic()
     again = fetch_all(consumer, 1, timeout=8.0)
     assert seen(again) == [("m1", 2)] and time.monotonic() - started >= 2.5
@@ -110,7 +112,7 @@ def test_a_message_nacked_with_a_delay_holds_its_sessions_later_messages(nats_ur
 class Victim:
     """``nats_victim.py`` in a subprocess, read line by line with a timeout."""
 
-    def __init__(self, transport: NatsTransport, count: int) -> None:
+    def __init__(self, transport: SyncTransport, count: int) -> None:
         script = str(Path(__file__).with_name("nats_victim.py"))
         self.proc = subprocess.Popen(
             [sys.executable, script, transport.settings.model_dump_json(), str(count)],
@@ -144,7 +146,7 @@ class Victim:
 def test_after_an_owner_is_killed_the_new_owner_runs_its_unacked_m1_before_m2(
     nats_url: str,
 ) -> None:
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=3.0))
+    transport = nats(settings(nats_url, partitions=1, ack_wait=3.0))
     send(transport, ("m1", "s"))
     victim = Victim(transport, 1)
     try:
@@ -172,14 +174,14 @@ def test_a_stalled_owner_that_lost_its_partition_still_holds_its_session(nats_ur
     """Fencing: an owner whose renewals stopped (a stalled process) loses the partition after
     its lease while its turn still runs; the new owner runs nothing of that session until the
     turn is acked, and the former owner's waiting messages come to the new owner in order."""
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=6.0))  # a 2 s lease
+    transport = nats(settings(nats_url, partitions=1, ack_wait=6.0))  # a 2 s lease
     send(transport, ("m1", "s"), ("m2", "s"), ("m3", "s"))
     stalled = transport.create_consumer(QueueName.INPUT)
-    assert isinstance(stalled, NatsConsumer)
+    assert isinstance(stalled.consumer, NatsConsumer)
     got = fetch_all(stalled, 1, timeout=5.0)
     assert seen(got) == [("m1", 1)]
     assert stalled.fetch(3, 0.5) == []  # m2 (and maybe m3) now wait here behind m1
-    transport.run(_stop_renewing(stalled))
+    transport.run(_stop_renewing(stalled.consumer))
     heir = transport.create_consumer(QueueName.INPUT)
     deadline = time.monotonic() + 15  # a 2 s lease; the rest is for a loaded machine (CI)
     while not heir.owned:  # type: ignore[attr-defined]
@@ -209,7 +211,7 @@ async def _stop_renewing(consumer: NatsConsumer) -> None:
 
 
 def test_partitions_are_shared_out_and_handed_back_at_close(nats_url: str) -> None:
-    transport = NatsTransport(settings(nats_url, partitions=4, ack_wait=2.0))
+    transport = nats(settings(nats_url, partitions=4, ack_wait=2.0))
     first = transport.create_consumer(QueueName.INPUT)
     assert first.owned == [0, 1, 2, 3]  # type: ignore[attr-defined]
     second = transport.create_consumer(QueueName.INPUT)
@@ -232,7 +234,7 @@ def test_a_consumer_above_its_share_hands_back_an_idle_partition_not_a_busy_one(
     """A partition handed back gives its waiting messages back, a delivery each: when a second
     consumer joins, the first keeps the partition whose turn runs (and whose next message
     waits) and hands back the idle one."""
-    transport = NatsTransport(settings(nats_url, partitions=2, ack_wait=30.0))
+    transport = nats(settings(nats_url, partitions=2, ack_wait=30.0))
     busy = partition_of("a", 2)
     send(transport, ("a1", "a"), ("a2", "a"))
     first = transport.create_consumer(QueueName.INPUT)
@@ -255,7 +257,7 @@ def test_a_drain_runs_a_sessions_next_message_once_the_one_before_it_is_acked(
 ) -> None:
     """What was delivered here runs here, in order, instead of costing a delivery more; the new
     owner of the partition holds the session meanwhile, and takes it on after."""
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=30.0))
+    transport = nats(settings(nats_url, partitions=1, ack_wait=30.0))
     send(transport, ("a1", "a"), ("a2", "a"), ("b1", "b"))
     leaving = transport.create_consumer(QueueName.INPUT)
     running = fetch_all(leaving, 2, timeout=5.0)
@@ -283,10 +285,10 @@ def consumer_bodies(messages: list[QueueMessage]) -> list[str]:
 
 def test_without_auto_provision_a_missing_owners_stream_is_named(nats_url: str) -> None:
     config = settings(nats_url)
-    transport = NatsTransport(config)
+    transport = nats(config)
     transport.create_consumer(QueueName.INPUT).close()
     transport.run(transport.conn.js.delete_stream(f"{config.input_stream}_OWNERS"))
-    declared = NatsTransport(config.model_copy(update={"auto_provision": False}))
+    declared = nats(config.model_copy(update={"auto_provision": False}))
     with pytest.raises(
         AKConfigError, match=rf"{config.input_stream}_OWNERS.*max_msgs_per_subject 1"
     ):
@@ -295,7 +297,7 @@ def test_without_auto_provision_a_missing_owners_stream_is_named(nats_url: str) 
 
 def test_the_partition_consumers_get_the_configured_max_ack_pending(nats_url: str) -> None:
     config = settings(nats_url, max_ack_pending=7)
-    transport = NatsTransport(config)
+    transport = nats(config)
     transport.create_consumer(QueueName.INPUT).close()
     info = transport.run(
         transport.conn.js.consumer_info(config.input_stream, f"{config.input_stream}-p0")
@@ -322,7 +324,7 @@ def test_a_long_poll_whose_answer_never_arrives_does_not_stall_its_partition(
         return answered(inbox, partition, status, n)
 
     monkeypatch.setattr(Inbox, "answered", losing_the_first_408)
-    transport = NatsTransport(settings(nats_url, partitions=1, ack_wait=2.0))
+    transport = nats(settings(nats_url, partitions=1, ack_wait=2.0))
     consumer = transport.create_consumer(QueueName.INPUT)
     assert consumer.fetch(1, 0.5) == []  # long-polls the empty partition, whose 408 is lost
     deadline = time.monotonic() + 5
@@ -345,10 +347,10 @@ def test_consumers_of_the_layout_with_one_message_per_partition_are_upgraded(
     the queue raises it (auto_provision), and a process still running with the old settings
     is told so by its watch (it stops fetching)."""
     old = settings(nats_url, max_ack_pending=1)
-    veteran = NatsTransport(old)
+    veteran = nats(old)
     veteran.create_consumer(QueueName.INPUT).close()
     durable = f"{old.input_stream}-p0"
-    upgraded = NatsTransport(old.model_copy(update={"max_ack_pending": 128}))
+    upgraded = nats(old.model_copy(update={"max_ack_pending": 128}))
     upgraded.create_consumer(QueueName.INPUT).close()
     info = upgraded.run(upgraded.conn.js.consumer_info(old.input_stream, durable))
     assert info.config.max_ack_pending == 128

@@ -26,6 +26,7 @@ from agentkernel.pipeline.session_store.in_memory import InMemorySessionStore
 from agentkernel.pipeline.session_store.redis import RedisSessionStore
 from agentkernel.pipeline.transport.base import QueueTransport
 from agentkernel.pipeline.transport.in_memory import InMemoryTransport
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.turn_control.signals import InMemoryTurnSignals, TurnSignals
 from agentkernel.pipeline.wire.envelope import ATTR_REQUEST_ID, QueueMessage, QueueName
 
@@ -75,9 +76,9 @@ def nats_transport(witness: Witness, nats_url: str) -> QueueTransport:
     from agentkernel.pipeline.transport.nats import NatsTransport
 
     class Watched(NatsTransport):
-        async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
+        async def send(self, queue: QueueName, message: QueueMessage) -> str | None:
             await asyncio.to_thread(witness.look, queue, message)
-            return await super().send_async(queue, message)
+            return await super().send(queue, message)
 
     return Watched(settings(nats_url), {QueueName.INPUT: 10, QueueName.OUTPUT: 10})
 
@@ -152,7 +153,7 @@ def test_a_failed_close_still_commits_and_answers_the_turn(
     runner = make_runner(transport, sessions)
     asyncio.run(runner.process_message(delivery("f", "r1")))
     assert sessions.load("f") == {"turns": 1}
-    consumer = transport.create_consumer(QueueName.OUTPUT)
+    consumer = SyncTransport(transport).create_consumer(QueueName.OUTPUT)
     try:
         batch = consumer.fetch(10, 5)
         for message in batch:

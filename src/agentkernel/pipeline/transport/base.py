@@ -162,6 +162,11 @@ class QueueTransport(ABC):
     def close(self) -> None:  # noqa: B027 - optional hook
         """Release the transport's own connections."""
 
+    def home_loop(self) -> LoopThread | None:
+        """The event-loop thread this transport's client is bound to, or ``None``: plain code
+        (:mod:`.sync_face`) runs a ``send`` there, with no second hop."""
+        return None
+
     async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
         """Deprecated: ``send`` is async now."""
         deprecated("QueueTransport.send_async", "send")

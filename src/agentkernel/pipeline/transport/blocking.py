@@ -13,9 +13,9 @@ it once, where it enters the pipeline, and the pipeline sees only
   fetch or ``stop_fetching`` hands out;
 - its other calls and every ``send`` run on worker threads, or inline where the transport
   declares that they never wait (``nonblocking``: ``send``, and ``ack``, ``nack``,
-  ``nack_later``, ``dead_letter`` and ``extend_lease`` of its consumers);
-- a client bound to an event loop of its own (``home_loop`` with ``fetch_async`` and
-  ``sends_on_loop``) is awaited on that loop without a thread between.
+  ``nack_later``, ``dead_letter`` and ``extend_lease`` of its consumers).
+
+A client bound to an event loop of its own is written against the async API instead (NATS is).
 """
 
 from __future__ import annotations
@@ -30,8 +30,7 @@ from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
 
 from agentkernel.core.blocking import call
-from agentkernel.pipeline.runtime.event_loop import LoopThread
-from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer
+from agentkernel.pipeline.transport.base import QueueTransport, TransportConsumer, deprecated
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
 if TYPE_CHECKING:  # to a type checker they are not the async classes: never awaited
@@ -93,13 +92,8 @@ class BlockingConsumer(_ConsumerBase):
         """No fetch will follow: see :meth:`TransportConsumer.stop_fetching`."""
         return []
 
-    def home_loop(self) -> LoopThread | None:
-        """The event-loop thread the client runs on; with one, :meth:`fetch_async` is awaited
-        there instead of :meth:`fetch` on a thread, and ``nonblocking`` calls are made there."""
-        return None
-
     async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        """:meth:`fetch` awaited on :meth:`home_loop`; only called when that is not ``None``."""
+        """Not offered: a blocking consumer fetches on a thread (see :func:`adapt_consumer`)."""
         raise NotImplementedError(f"{type(self).__name__} fetches on threads only")
 
     def close(self) -> None:
@@ -115,8 +109,6 @@ class BlockingTransport(_TransportBase):
 
     #: ``send`` never waits on I/O: it is called inline.
     nonblocking: ClassVar[bool] = False
-    #: :meth:`send_async` awaits the broker on the client's own event loop.
-    sends_on_loop: ClassVar[bool] = False
     #: See :attr:`QueueTransport.queues_in_process`.
     queues_in_process: ClassVar[bool] = False
 
@@ -125,8 +117,9 @@ class BlockingTransport(_TransportBase):
         """Publish ``message`` on ``queue``; see :meth:`QueueTransport.send`."""
 
     async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
-        """:meth:`send` from an event loop: inline when ``nonblocking``, else on a worker
-        thread; a client with a loop of its own awaits it there (``sends_on_loop``)."""
+        """Deprecated: :meth:`send` from an event loop (inline when ``nonblocking``, else on a
+        worker thread); await ``adapt(transport).send`` instead."""
+        deprecated("BlockingTransport.send_async", "adapt(transport).send")
         return await call(self.nonblocking, self.send, queue, message)
 
     def create_consumer(self, queue: QueueName) -> Any:
@@ -158,14 +151,20 @@ def is_async(transport: object) -> bool:
 
 
 def adapt(transport: Any) -> QueueTransport:
-    """``transport`` behind the async API; an async transport is returned as it is."""
+    """``transport`` behind the async API; an async transport is returned as it is, and a sync
+    face (:mod:`.sync_face`) gives the transport behind it."""
+    if (behind := getattr(transport, "async_api", None)) is not None:
+        return behind  # type: ignore[no-any-return]
     if isinstance(transport, QueueTransport) and is_async(transport):
         return transport
     return AdaptedTransport(transport)
 
 
 def adapt_consumer(consumer: Any) -> TransportConsumer:
-    """``consumer`` behind the async API; an async consumer is returned as it is."""
+    """``consumer`` behind the async API; an async consumer is returned as it is, and a sync
+    face gives the consumer behind it."""
+    if (behind := getattr(consumer, "async_api", None)) is not None:
+        return behind  # type: ignore[no-any-return]
     if isinstance(consumer, TransportConsumer) and inspect.iscoroutinefunction(consumer.fetch):
         return consumer
     return AdaptedConsumer(consumer)
@@ -187,7 +186,6 @@ class AdaptedTransport(QueueTransport):
         self.inner = inner
         self.queues_in_process = bool(getattr(inner, "queues_in_process", False))  # type: ignore[misc]
         self._inline = bool(getattr(inner, "nonblocking", False))
-        self._on_loop = bool(getattr(inner, "sends_on_loop", False))
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # what a broker offers beside the contract
@@ -195,8 +193,6 @@ class AdaptedTransport(QueueTransport):
     async def send(self, queue: QueueName, message: QueueMessage) -> str | None:
         if self._inline:
             return self.inner.send(queue, message)  # type: ignore[no-any-return]
-        if self._on_loop:
-            return await self.inner.send_async(queue, message)  # type: ignore[no-any-return]
         return await asyncio.to_thread(self.inner.send, queue, message)
 
     def create_consumer(self, queue: QueueName) -> TransportConsumer:
@@ -226,7 +222,6 @@ class AdaptedConsumer(TransportConsumer):
 
     def __init__(self, inner: Any) -> None:
         self.inner = inner
-        self._home: LoopThread | None = inner.home_loop() if hasattr(inner, "home_loop") else None
         self._inline = bool(getattr(inner, "nonblocking", False))
         self._slice = getattr(inner, "fetch_wait_slice_seconds", None)
         self._thread: concurrent.futures.ThreadPoolExecutor | None = None
@@ -235,16 +230,11 @@ class AdaptedConsumer(TransportConsumer):
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
 
-    def home_loop(self) -> LoopThread | None:
-        return self._home
-
     @property
     def lease_seconds(self) -> float | None:
         return getattr(self.inner, "lease_seconds", None)
 
     async def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        if self._home is not None:
-            return await self.inner.fetch_async(batch_size, wait_seconds)  # type: ignore[no-any-return]
         wait = max(wait_seconds, 0.0)
         slices = max(math.ceil(wait / (self._slice or DEFAULT_FETCH_SLICE_SECONDS)), 1)
         deadline = time.monotonic() + wait
@@ -295,7 +285,7 @@ class AdaptedConsumer(TransportConsumer):
             with contextlib.suppress(Exception):  # a failed fetch returned nothing
                 late = await self._collect()
         if (stop := _own(self.inner, "stop_fetching", TransportConsumer)) is not None:
-            late += await asyncio.to_thread(stop)  # may wait on the client's own loop
+            late += await asyncio.to_thread(stop)
         return late
 
     async def close(self) -> None:

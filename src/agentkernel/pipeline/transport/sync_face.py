@@ -45,6 +45,11 @@ class SyncConsumer:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.consumer, name)  # lease_seconds and what a broker offers beside
 
+    @property
+    def async_api(self) -> TransportConsumer:
+        """The consumer behind the face: what a consumer loop given this face awaits."""
+        return self.consumer
+
     def _run(self, coro: Coroutine[Any, Any, T]) -> T:
         return self._loop.run(coro)
 
@@ -89,9 +94,14 @@ class SyncTransport:
     def __getattr__(self, name: str) -> Any:
         return getattr(self.transport, name)  # ping, check_queues, close, depth, ...
 
+    @property
+    def async_api(self) -> QueueTransport:
+        """The transport behind the face: what the pipeline given this face awaits."""
+        return self.transport
+
     def send(self, queue: QueueName, message: QueueMessage) -> str | None:
         """See :meth:`QueueTransport.send`."""
-        return _face_loop().run(self.transport.send(queue, message))
+        return (self.transport.home_loop() or _face_loop()).run(self.transport.send(queue, message))
 
     def create_consumer(self, queue: QueueName) -> SyncConsumer:
         """See :meth:`QueueTransport.create_consumer`."""

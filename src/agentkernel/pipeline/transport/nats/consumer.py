@@ -30,7 +30,7 @@ from agentkernel.pipeline.transport.nats.envelope import received_message
 from agentkernel.pipeline.transport.nats.errors import CLIENT_ERRORS
 from agentkernel.pipeline.transport.nats.owners import Owners
 from agentkernel.pipeline.transport.nats.pull import PULL_SECONDS, Inbox, Pulling
-from agentkernel.pipeline.transport.nats.settle import Settling
+from agentkernel.pipeline.transport.nats.settle import Settling, on_home
 from agentkernel.pipeline.transport.nats.takeover import take_over
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
@@ -104,9 +104,6 @@ class NatsConsumer(Pulling, Settling):
         )
         self._housekeeping: asyncio.Task[None] | None = None
         transport.run(self._start(), self._settings.request_timeout * 4)
-
-    def _run(self, coro: Any, timeout: float | None = None) -> Any:
-        return self._transport.run(coro, timeout)
 
     @property
     def lease_seconds(self) -> float:
@@ -225,16 +222,9 @@ class NatsConsumer(Pulling, Settling):
         """The connection's loop thread: fetch and settle there without a thread hop."""
         return self._home
 
-    def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        self._check_open()  # here too: a reset transport's loop runs nothing more
-        timeout = max(wait_seconds, 0.0) + self._settings.request_timeout
-        fetching = self.fetch_async(batch_size, wait_seconds)
-        messages: list[QueueMessage] = self._run(fetching, timeout)
-        return messages
-
-    async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
-        """:meth:`fetch` on the connection's loop (see :meth:`home_loop`)."""
-        self._check_open()
+    @on_home
+    async def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        self._check_open()  # a reset transport's loop runs nothing more
         wait = max(wait_seconds, 0.0)
         if self._transport.fetch_fault(self._queue):  # the streams changed under us: take nothing
             await asyncio.sleep(min(wait, 1.0))
@@ -291,14 +281,16 @@ class NatsConsumer(Pulling, Settling):
 
     # -- stopping ---------------------------------------------------------------------------------
 
-    def stop_fetching(self) -> list[QueueMessage]:
+    @on_home
+    async def stop_fetching(self) -> list[QueueMessage]:
         """Hand the partitions back now; returns the messages that were delivered here, not
         handed out and first in their session, for the drain to run (given back, each would
         cost a delivery). Called again during the drain, returns those whose turn before them
         has been settled since; what is left at ``close`` is given back. The partitions' new
         owners hold those sessions until then (see :mod:`.takeover`)."""
-        with contextlib.suppress(TransportError):
-            entries = self._transport.run(self._stop_fetching(), PULL_SECONDS * 4 + 5)
+        with contextlib.suppress(TransportError, TimeoutError):
+            async with asyncio.timeout(PULL_SECONDS * 4 + 5):
+                entries = await self._stop_fetching()
             return [self._decode(entry.msg) for entry in entries]
         return []
 
@@ -314,13 +306,18 @@ class NatsConsumer(Pulling, Settling):
         late, self._late = self._late, []
         return late
 
-    def close(self) -> None:
+    async def close(self) -> None:
         """Hand the partitions back, giving back what was received and not handed out."""
         if self._closed:
             return
-        with contextlib.suppress(TransportError):
-            self._transport.run(self._shutdown(), PULL_SECONDS * 4 + 10)
+        with contextlib.suppress(TransportError, TimeoutError, RuntimeError):
+            await self._closing()
         self._closed = True
+
+    @on_home
+    async def _closing(self) -> None:
+        async with asyncio.timeout(PULL_SECONDS * 4 + 10):
+            await self._shutdown()
 
     async def _shutdown(self) -> None:
         self._fetching_stopped = True

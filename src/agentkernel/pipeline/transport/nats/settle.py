@@ -5,22 +5,24 @@ server: an ack or a termination frees the session's next message, a nak keeps th
 waiting for the redelivery. A stale handle (a newer delivery of the message is current here)
 changes nothing.
 
-Called on the connection's loop (the consumer loop handles NATS messages there), none of them
-waits: the book is settled at once and what goes to the server is sent by a task, whose failure
-is logged (the message's lease then runs out and it comes again). Called from another thread,
-``nack``, ``dead_letter`` and ``extend_lease`` wait for the server, as before.
+They run on the connection's loop (awaited elsewhere, they hop there first). An ack settles the
+book at once and its confirmation comes in the background (see :mod:`.acks`); a nak, a
+termination or an extension waits for the server, and a failure of one is logged, not raised:
+the message's lease then runs out and it comes again.
 """
 
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
-from collections.abc import Coroutine
-from typing import Any
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any, TypeVar
 
 from agentkernel.core.config.queues import NatsQueueConfig
-from agentkernel.core.errors import TransportError
-from agentkernel.pipeline.transport.blocking import BlockingConsumer
+from agentkernel.core.errors import TransportClosedError
+from agentkernel.pipeline.runtime.event_loop import LoopThread
+from agentkernel.pipeline.transport.base import TransportConsumer
 from agentkernel.pipeline.transport.nats.acks import Acks, message_id
 from agentkernel.pipeline.transport.nats.book import REMOTE, Book, Entry
 from agentkernel.pipeline.transport.nats.changes import Changes
@@ -30,33 +32,42 @@ from agentkernel.pipeline.wire.envelope import QueueMessage
 logger = logging.getLogger(__name__)
 
 
-class Settling(BlockingConsumer):
-    """The settle methods of :class:`~.consumer.NatsConsumer` (their state is set up there)."""
+T = TypeVar("T")
 
-    #: On the connection's loop nothing here waits (see the module docstring).
-    nonblocking = True
+
+def on_home(
+    method: Callable[..., Coroutine[Any, Any, T]],
+) -> Callable[..., Coroutine[Any, Any, T]]:
+    """Run a consumer coroutine on the connection's loop: at once when awaited there (the
+    consumer loop does), else by a hop there (a test, a caller's own loop)."""
+
+    @functools.wraps(method)
+    async def run(self: Settling, *args: Any) -> T:
+        if asyncio._get_running_loop() is self._loop:
+            return await method(self, *args)
+        coro = method(self, *args)
+        try:
+            future = self._home.submit(coro)
+        except RuntimeError as exc:  # a reset transport's loop is closed, not renewed
+            coro.close()
+            raise TransportClosedError(f"NATS connection of {self._stream} is closed") from exc
+        return await asyncio.wrap_future(future)
+
+    return run
+
+
+class Settling(TransportConsumer):
+    """The settle methods of :class:`~.consumer.NatsConsumer` (their state is set up there)."""
 
     _stream: str
     _settings: NatsQueueConfig
     _nc: Any
+    _home: LoopThread
     _loop: asyncio.AbstractEventLoop
     _books: dict[int, Book]
     _drained: dict[int, Book]
     _changed: Changes
     _acks: Acks
-
-    def _run(self, coro: Any) -> Any:
-        raise NotImplementedError
-
-    def _spawn(self, coro: Any) -> None:
-        raise NotImplementedError
-
-    def _settle(self, coro: Coroutine[Any, Any, None]) -> None:
-        """Run ``coro``: as a task when called on the connection's loop, else waiting for it."""
-        if asyncio._get_running_loop() is self._loop:
-            self._spawn(_logged(coro))
-        else:
-            self._run(coro)
 
     def _entry(self, msg: Any) -> tuple[Book | None, Entry | None, bool]:
         """The book and entry of a handed-out delivery, and whether its handle is stale (a
@@ -72,21 +83,14 @@ class Settling(BlockingConsumer):
         )
         return book, entry, stale
 
-    def ack(self, message: QueueMessage) -> None:
+    @on_home
+    async def ack(self, message: QueueMessage) -> None:
         """Settle the message here at once and send the ack (confirmed by a background task).
 
         Raises:
-            TransportError: the connection's loop is gone (the transport was reset).
+            TransportClosedError: the connection's loop is gone (the transport was reset).
         """
-        if asyncio._get_running_loop() is self._loop:
-            self._ack(message.native)
-            return
-        try:
-            self._loop.call_soon_threadsafe(self._ack, message.native)
-        except RuntimeError as exc:
-            raise TransportError(f"NATS connection of {self._stream} is closed") from exc
-
-    def _ack(self, msg: Any) -> None:
+        msg = message.native
         book, entry, stale = self._entry(msg)
         if stale:
             logger.debug("ignoring the ack of %s: a stale handle", message_id(msg))
@@ -96,13 +100,12 @@ class Settling(BlockingConsumer):
             self._changed.set()
         self._acks.send(msg)
 
-    def nack(self, message: QueueMessage) -> None:
-        self._settle(self._give_back(message.native, self._settings.retry_backoff or None))
-
-    def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
-        """``nak`` with the delay: JetStream redelivers the message after it; the session's
-        later messages wait here meanwhile."""
-        self._settle(self._give_back(message.native, delay_seconds))
+    @on_home
+    async def nack(self, message: QueueMessage, delay_seconds: float | None = None) -> bool:
+        """``nak``, with the delay when given (JetStream redelivers the message after it; the
+        session's later messages wait here meanwhile), else the configured retry back-off."""
+        delay = delay_seconds or self._settings.retry_backoff or None
+        await _logged(self._give_back(message.native, delay))
         return True
 
     async def _give_back(self, msg: Any, delay: float | None) -> None:
@@ -113,10 +116,10 @@ class Settling(BlockingConsumer):
             book.give_back(entry.seq, entry.delivery, self._loop.time())
         await msg.nak(delay=delay)
 
-    def dead_letter(self, message: QueueMessage) -> None:
-        """Terminate redelivery of the message (off the loop: and wait for the server to confirm
-        it)."""
-        self._settle(self._terminate(message.native))
+    @on_home
+    async def dead_letter(self, message: QueueMessage) -> None:
+        """Terminate redelivery of the message, once the server confirms it."""
+        await _logged(self._terminate(message.native))
 
     async def _terminate(self, msg: Any) -> None:
         book, entry, stale = self._entry(msg)
@@ -127,12 +130,13 @@ class Settling(BlockingConsumer):
             book.remove(entry.seq)
             self._changed.set()
 
-    def extend_lease(self, message: QueueMessage) -> None:
-        self._settle(message.native.in_progress())
+    @on_home
+    async def extend_lease(self, message: QueueMessage) -> None:
+        await _logged(message.native.in_progress())
 
 
-async def _logged(coro: Coroutine[Any, Any, None]) -> None:
-    """``coro``, whose failure is logged instead of raised (no caller waits for it)."""
+async def _logged(coro: Awaitable[None]) -> None:
+    """``coro``, whose failure is logged instead of raised."""
     try:
         await coro
     except Exception as exc:

@@ -34,8 +34,8 @@ from typing import Any, ClassVar
 from agentkernel.core.config.queues import NatsQueueConfig, QueuesConfig
 from agentkernel.core.errors import MessageRejectedError, TransportError
 from agentkernel.core.redact import redact_url
-from agentkernel.pipeline.transport.base import require_block
-from agentkernel.pipeline.transport.blocking import BlockingTransport
+from agentkernel.pipeline.runtime.event_loop import LoopThread
+from agentkernel.pipeline.transport.base import QueueTransport, require_block
 from agentkernel.pipeline.transport.nats.connection import Connection
 from agentkernel.pipeline.transport.nats.consumer import NatsConsumer
 from agentkernel.pipeline.transport.nats.envelope import ENVELOPE_HEADER, encode_envelope
@@ -52,7 +52,7 @@ def partition_of(group_id: str | None, partitions: int) -> int:
     return zlib.crc32((group_id or "").encode()) % partitions
 
 
-class NatsTransport(BlockingTransport):
+class NatsTransport(QueueTransport):
     """INPUT and OUTPUT on two JetStream work-queue streams.
 
     Args:
@@ -67,8 +67,6 @@ class NatsTransport(BlockingTransport):
             consumer's settings differ from ``settings``, or the partition count changed.
         TransportError: the server is unreachable.
     """
-
-    sends_on_loop = True  # send_async awaits the publish on the connection's loop
 
     _connections: ClassVar[dict[str, Connection]] = {}
     _watches: ClassVar[list[Watch]] = []
@@ -167,12 +165,9 @@ class NatsTransport(BlockingTransport):
 
     # -- QueueTransport -----------------------------------------------------------------------
 
-    def send(self, queue: QueueName, message: QueueMessage) -> str | None:
-        return self._sent(queue, self.run(self._publish(queue, message)))
-
-    async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
-        """Await the publish on the connection's loop: no worker thread in between (and no
-        hop at all when called there, as the consumer loop's handling is)."""
+    async def send(self, queue: QueueName, message: QueueMessage) -> str | None:
+        """Await the publish on the connection's loop: at once when called there (as the
+        consumer loop's handling is), else by a hop there (the HTTP front's loop)."""
         publish = self._publish(queue, message)
         if asyncio._get_running_loop() is self.conn.loop.loop:
             with nats_errors("call"):
@@ -185,6 +180,10 @@ class NatsTransport(BlockingTransport):
         with nats_errors("call"):
             ack = await asyncio.wrap_future(future)  # cancelling this cancels the publish
         return self._sent(queue, ack)
+
+    def home_loop(self) -> LoopThread:
+        """The connection's loop thread, where ``send`` publishes without a hop."""
+        return self.conn.loop
 
     def _sent(self, queue: QueueName, ack: Any) -> str | None:
         """What ``send`` returns for the server's publish ack (``None``: a duplicate)."""
