@@ -159,10 +159,6 @@ class MessageHandling:
         """False while a suspect message waits to run alone (see ``isolate_last_attempt``)."""
         return self._isolation is None or self._isolation.fetch_open.is_set()
 
-    def wait_fetch_open(self, timeout: float) -> bool:
-        """From a fetching thread: wait up to ``timeout`` seconds for :meth:`fetch_open`."""
-        return self._isolation is None or self._isolation.fetch_open.wait(timeout)
-
     def begin(
         self,
         consumer: TransportConsumer,
