@@ -15,6 +15,7 @@ import uuid
 import pytest
 
 from agentkernel.pipeline.transport.base import QueueTransport
+from agentkernel.pipeline.transport.sync_face import SyncTransport
 from agentkernel.pipeline.wire.envelope import QueueName
 from tests.chaos import budget
 from tests.test_foreign_messages import Pipeline, Publish, broker, turn_message
@@ -32,6 +33,7 @@ def test_foreign_messages(
     broker: tuple[QueueTransport, Publish, tuple[str, ...]], request: pytest.FixtureRequest
 ) -> None:
     transport, publish, kinds = broker
+    face = SyncTransport(transport)  # this thread sends as plain code does
     cap = budget.cap(request.config, WANTED_CAP)
     tag = uuid.uuid4().hex[:8]
     sent: dict[str, float] = {}
@@ -41,7 +43,7 @@ def test_foreign_messages(
             for i in range(SESSIONS):
                 session = f"s{i}-{tag}"
                 rid = f"t{n}-{i}-{tag}"
-                transport.send(QueueName.INPUT, turn_message(session, str(n), rid))
+                face.send(QueueName.INPUT, turn_message(session, str(n), rid))
                 sent[rid] = time.monotonic()
                 if n % EVERY == 2:
                     foreign += _publish_foreign(transport, publish, kinds, session, f"{n}-{i}")
@@ -76,5 +78,7 @@ def _publish_foreign(
             if publish(transport, queue, kind, session, rid) is not None:
                 ids.append(rid)
     mismatch = f"m-{at}"
-    transport.send(QueueName.INPUT, turn_message(session, "x", mismatch, f"victim-{at}"))
+    SyncTransport(transport).send(
+        QueueName.INPUT, turn_message(session, "x", mismatch, f"victim-{at}")
+    )
     return [*ids, mismatch]

@@ -242,8 +242,9 @@ class ConsumerLoop:
         """Run, as part of the drain, what arrived here after the last fetch; a message that
         finds no free place within the drain is handed back."""
         began = self._drain_since or time.monotonic()
+        deadline = began + self._drain_timeout  # one bound for them all, not one each
         for message in late:
-            if self._slots.take(1, self._drain_timeout):
+            if self._slots.take(1, max(deadline - time.monotonic(), 0.0)):
                 self._submit(consumer, message, tracker)
             else:
                 self._hand_back(consumer, tracker, message, began)
@@ -391,7 +392,7 @@ class ConsumerLoop:
                 await self._slots.wait_async(min(wait, STOP_CHECK_SECONDS * 4))
                 continue
             try:
-                messages = await consumer.fetch(room, wait)
+                messages = list(await consumer.fetch(room, wait) or ())
             except asyncio.CancelledError:
                 self._slots.give(room)
                 raise

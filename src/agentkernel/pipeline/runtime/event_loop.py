@@ -97,7 +97,14 @@ class LoopThread:
         return asyncio.run_coroutine_threadsafe(coro, self.loop)
 
     def run(self, coro: Coroutine[Any, Any, T], timeout: float | None = None) -> T:
-        """Run ``coro`` on the loop and wait for its result (cancelling it on timeout)."""
+        """Run ``coro`` on the loop and wait for its result (cancelling it on timeout).
+
+        Raises:
+            RuntimeError: called on the loop's own thread, where waiting would never end.
+        """
+        if self._thread is threading.current_thread():
+            coro.close()
+            raise RuntimeError(f"{self._name}: run() called on its own loop; await it there")
         future = self.submit(coro)
         try:
             return future.result(timeout)

@@ -9,6 +9,8 @@ wait, INPUT/OUTPUT isolation) or declares on its contract test which one its bro
 
 from __future__ import annotations
 
+import asyncio
+import inspect
 import logging
 import warnings
 from abc import ABC, abstractmethod
@@ -106,11 +108,15 @@ class TransportConsumer(ABC):
     async def fetch_async(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
         """Deprecated: ``fetch`` is async now."""
         deprecated("TransportConsumer.fetch_async", "fetch")
+        if not inspect.iscoroutinefunction(self.fetch):  # a plain fetch: on a worker thread
+            return await asyncio.to_thread(self.fetch, batch_size, wait_seconds)  # type: ignore[arg-type]
         return await self.fetch(batch_size, wait_seconds)
 
     async def nack_later(self, message: QueueMessage, delay_seconds: float) -> bool:
         """Deprecated: ``nack(message, delay_seconds)``."""
         deprecated("TransportConsumer.nack_later", "nack(message, delay_seconds)")
+        if not inspect.iscoroutinefunction(self.nack):
+            return False  # a plain consumer's nack takes no delay: the caller keeps the message
         return await self.nack(message, delay_seconds)
 
 
@@ -170,6 +176,8 @@ class QueueTransport(ABC):
     async def send_async(self, queue: QueueName, message: QueueMessage) -> str | None:
         """Deprecated: ``send`` is async now."""
         deprecated("QueueTransport.send_async", "send")
+        if not inspect.iscoroutinefunction(self.send):  # a plain send: on a worker thread
+            return await asyncio.to_thread(self.send, queue, message)  # type: ignore[arg-type]
         return await self.send(queue, message)
 
 

@@ -24,7 +24,10 @@ import asyncio
 import concurrent.futures
 import contextlib
 import inspect
+import logging
 import math
+import queue
+import threading
 import time
 from abc import abstractmethod
 from typing import TYPE_CHECKING, Any, ClassVar
@@ -40,8 +43,16 @@ else:  # at run time they are, as upstream's sync transports are (isinstance, do
     from agentkernel.pipeline.transport.base import QueueTransport as _TransportBase
     from agentkernel.pipeline.transport.base import TransportConsumer as _ConsumerBase
 
+_SETTLE = ("fetch", "ack", "nack", "dead_letter", "extend_lease", "stop_fetching", "close")
+#: Pause after a fetch that came back empty at once (it may; the loop must not spin on it).
+EMPTY_FETCH_PAUSE_SECONDS = 0.05
+#: Longest a drain waits for a fetch slice still running, beyond the slice itself, in seconds.
+LATE_SLICE_MARGIN_SECONDS = 5.0
+
+logger = logging.getLogger(__name__)
+
 #: Longest wait one blocking fetch is asked for, unless its consumer declares a slice.
-DEFAULT_FETCH_SLICE_SECONDS = 1.0
+DEFAULT_SLICE_SECONDS = 1.0
 
 
 class BlockingConsumer(_ConsumerBase):
@@ -162,21 +173,23 @@ def adapt(transport: Any) -> QueueTransport:
 
 def adapt_consumer(consumer: Any) -> TransportConsumer:
     """``consumer`` behind the async API; an async consumer is returned as it is, and a sync
-    face gives the consumer behind it."""
+    face gives the consumer behind it. One that mixes plain and ``async`` methods is adapted:
+    each of its methods is then called the way it was written."""
     if (behind := getattr(consumer, "async_api", None)) is not None:
         return behind  # type: ignore[no-any-return]
-    if isinstance(consumer, TransportConsumer) and inspect.iscoroutinefunction(consumer.fetch):
+    if isinstance(consumer, TransportConsumer) and all(
+        inspect.iscoroutinefunction(getattr(consumer, name)) for name in _SETTLE
+    ):
         return consumer
     return AdaptedConsumer(consumer)
 
 
 def _own(obj: Any, name: str, base: type) -> Any:
-    """``obj.name`` when ``obj``'s class defines it as a plain method (not inherited from the
-    async ``base``, whose defaults would await the plain methods), else ``None``."""
-    method = getattr(obj, name, None)
-    if method is None or getattr(type(obj), name, None) is getattr(base, name, None):
+    """``obj.name`` unless it is the async ``base``'s default (which would await the plain
+    methods of ``obj``), else ``None``."""
+    if getattr(type(obj), name, None) is getattr(base, name, None):
         return None
-    return None if inspect.iscoroutinefunction(method) else method
+    return getattr(obj, name, None)
 
 
 class AdaptedTransport(QueueTransport):
@@ -223,9 +236,9 @@ class AdaptedConsumer(TransportConsumer):
     def __init__(self, inner: Any) -> None:
         self.inner = inner
         self._inline = bool(getattr(inner, "nonblocking", False))
-        self._slice = getattr(inner, "fetch_wait_slice_seconds", None)
-        self._thread: concurrent.futures.ThreadPoolExecutor | None = None
-        self._pending: concurrent.futures.Future[list[QueueMessage]] | None = None
+        self._slice = getattr(inner, "fetch_wait_slice_seconds", None) or DEFAULT_SLICE_SECONDS
+        self._thread: FetchThread | None = None
+        self._orphans: list[concurrent.futures.Future[Any]] = []  # of cancelled fetches
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -235,29 +248,43 @@ class AdaptedConsumer(TransportConsumer):
         return getattr(self.inner, "lease_seconds", None)
 
     async def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        if late := self._finished_orphans():
+            return late
+        if inspect.iscoroutinefunction(self.inner.fetch):  # written async among plain methods
+            return _messages(await self.inner.fetch(batch_size, wait_seconds))
         wait = max(wait_seconds, 0.0)
-        slices = max(math.ceil(wait / (self._slice or DEFAULT_FETCH_SLICE_SECONDS)), 1)
+        slices = max(math.ceil(wait / self._slice), 1)
         deadline = time.monotonic() + wait
         for _ in range(slices):  # a cancelled call leaves at most one slice running
-            if self._pending is None:  # else: the fetch of a cancelled call, not handed out yet
-                if self._thread is None:
-                    self._thread = concurrent.futures.ThreadPoolExecutor(1, "fetch")
-                self._pending = self._thread.submit(self.inner.fetch, batch_size, wait / slices)
-            messages = await self._collect()
+            began = time.monotonic()
+            messages = await self._slice_of(batch_size, wait / slices)
             if messages or time.monotonic() >= deadline:
-                break
-        return messages
+                return messages
+            if time.monotonic() - began < EMPTY_FETCH_PAUSE_SECONDS:  # it did not wait: no spin
+                await asyncio.sleep(EMPTY_FETCH_PAUSE_SECONDS)
+        return []
 
-    async def _collect(self) -> list[QueueMessage]:
-        """The result of the fetch in progress; kept for the next call if this one is cancelled
-        before the fetch ended."""
-        pending = self._pending
-        assert pending is not None
+    async def _slice_of(self, batch_size: int, wait: float) -> list[QueueMessage]:
+        """One blocking fetch on this consumer's thread; cancelled, its result is kept."""
+        if self._thread is None:
+            self._thread = FetchThread(f"fetch-{type(self.inner).__name__}")
+        future = self._thread.submit(self.inner.fetch, batch_size, wait)
         try:
-            return await asyncio.wrap_future(pending)
-        finally:
-            if pending.done():
-                self._pending = None
+            result = await asyncio.wrap_future(future)
+        except asyncio.CancelledError:
+            if not future.cancelled():  # running already: its messages come back later
+                self._orphans.append(future)
+            raise
+        return _messages(await result if inspect.isawaitable(result) else result)
+
+    def _finished_orphans(self) -> list[QueueMessage]:
+        """Messages of cancelled fetches that have ended since."""
+        late: list[QueueMessage] = []
+        for future in [f for f in self._orphans if f.done()]:
+            self._orphans.remove(future)
+            if future.exception() is None:
+                late += _messages(future.result())
+        return late
 
     async def ack(self, message: QueueMessage) -> None:
         await self._call(self.inner.ack, message)
@@ -280,19 +307,77 @@ class AdaptedConsumer(TransportConsumer):
             await self._call(extend, message)
 
     async def stop_fetching(self) -> list[QueueMessage]:
+        """What cancelled fetches brought (waiting at most one slice and a margin for them;
+        what comes later is handed back), then the consumer's own ``stop_fetching``."""
+        orphans, self._orphans = self._orphans, []
+        if orphans:
+            await asyncio.wait(
+                [asyncio.wrap_future(f) for f in orphans],
+                timeout=self._slice + LATE_SLICE_MARGIN_SECONDS,
+            )
         late: list[QueueMessage] = []
-        if self._pending is not None:  # a fetch whose caller went away: its messages are here
-            with contextlib.suppress(Exception):  # a failed fetch returned nothing
-                late = await self._collect()
+        for future in orphans:
+            if not future.done():
+                logger.warning("a fetch outlasted its slice; what it brings is handed back")
+                future.add_done_callback(self._hand_back)
+            elif future.exception() is None:
+                late += _messages(future.result())
         if (stop := _own(self.inner, "stop_fetching", TransportConsumer)) is not None:
-            late += await asyncio.to_thread(stop)
+            late += _messages(await self._call(stop, blocking=True))
         return late
 
-    async def close(self) -> None:
-        if (close := _own(self.inner, "close", TransportConsumer)) is not None:
-            await asyncio.to_thread(close)
-        if self._thread is not None:
-            self._thread.shutdown(wait=False)
+    def _hand_back(self, future: concurrent.futures.Future[Any]) -> None:
+        """On the fetch thread: give back what a fetch brought after the drain gave up on it."""
+        if future.exception() is None:
+            for message in _messages(future.result()):
+                nack = _own(self.inner, "nack", TransportConsumer)
+                if nack is not None and not inspect.iscoroutinefunction(nack):
+                    with contextlib.suppress(Exception):
+                        nack(message)
 
-    async def _call(self, fn: Any, *args: Any) -> Any:
-        return await call(self._inline, fn, *args)
+    async def close(self) -> None:
+        try:
+            if (close := _own(self.inner, "close", TransportConsumer)) is not None:
+                await self._call(close, blocking=True)
+        finally:
+            if self._thread is not None:
+                self._thread.stop()
+
+    async def _call(self, fn: Any, *args: Any, blocking: bool = False) -> Any:
+        """``fn(*args)`` the way it was written: awaited when ``async``, else inline when the
+        consumer is ``nonblocking`` (and ``blocking`` is not set), else on a worker thread."""
+        if inspect.iscoroutinefunction(fn):
+            return await fn(*args)
+        result = await call(self._inline and not blocking, fn, *args)
+        return await result if inspect.isawaitable(result) else result
+
+
+def _messages(got: Any) -> list[QueueMessage]:
+    """A fetch's result as a list (``None`` from a guide-style fetch means none)."""
+    return list(got or ())
+
+
+class FetchThread:
+    """One daemon thread that runs a consumer's fetches in order: a fetch that never returns
+    does not keep the process from exiting (a pool's threads are joined at exit)."""
+
+    def __init__(self, name: str) -> None:
+        self._calls: queue.SimpleQueue[Any] = queue.SimpleQueue()
+        threading.Thread(target=self._run, name=name, daemon=True).start()
+
+    def submit(self, fn: Any, *args: Any) -> concurrent.futures.Future[Any]:
+        future: concurrent.futures.Future[Any] = concurrent.futures.Future()
+        self._calls.put((future, fn, args))
+        return future
+
+    def stop(self) -> None:
+        self._calls.put(None)
+
+    def _run(self) -> None:
+        while (item := self._calls.get()) is not None:
+            future, fn, args = item
+            if future.set_running_or_notify_cancel():
+                try:
+                    future.set_result(fn(*args))
+                except BaseException as exc:  # handed to the awaiting task
+                    future.set_exception(exc)
