@@ -252,6 +252,8 @@ class AdaptedConsumer(TransportConsumer):
             return late
         if inspect.iscoroutinefunction(self.inner.fetch):  # written async among plain methods
             return _messages(await self.inner.fetch(batch_size, wait_seconds))
+        if self._inline and (ready := _messages(self.inner.fetch(batch_size, 0.0))):
+            return ready  # queues in this process: what is there now, with no thread hop
         wait = max(wait_seconds, 0.0)
         slices = max(math.ceil(wait / self._slice), 1)
         deadline = time.monotonic() + wait
