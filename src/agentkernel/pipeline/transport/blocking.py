@@ -184,10 +184,11 @@ def adapt_consumer(consumer: Any) -> TransportConsumer:
     return AdaptedConsumer(consumer)
 
 
-def _own(obj: Any, name: str, base: type) -> Any:
-    """``obj.name`` unless it is the async ``base``'s default (which would await the plain
-    methods of ``obj``), else ``None``."""
-    if getattr(type(obj), name, None) is getattr(base, name, None):
+def _own(obj: Any, name: str, *bases: type) -> Any:
+    """``obj.name`` unless it is one of the ``bases``' defaults, else ``None``: the async base's
+    would await plain methods, and the blocking base's do nothing the adapter must call."""
+    defined = getattr(type(obj), name, None)
+    if any(defined is getattr(base, name, None) for base in bases):
         return None
     return getattr(obj, name, None)
 
@@ -203,6 +204,9 @@ class AdaptedTransport(QueueTransport):
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)  # what a broker offers beside the contract
 
+    def _hook(self, name: str) -> Any:
+        return _own(self.inner, name, QueueTransport, BlockingTransport)
+
     async def send(self, queue: QueueName, message: QueueMessage) -> str | None:
         if self._inline:
             return self.inner.send(queue, message)  # type: ignore[no-any-return]
@@ -212,21 +216,21 @@ class AdaptedTransport(QueueTransport):
         return adapt_consumer(self.inner.create_consumer(queue))
 
     def check_consumer_capacity(self, queue: QueueName, num_consumers: int) -> None:
-        if (check := _own(self.inner, "check_consumer_capacity", QueueTransport)) is not None:
+        if (check := self._hook("check_consumer_capacity")) is not None:
             check(queue, num_consumers)
 
     def ping(self) -> None:
-        if (ping := _own(self.inner, "ping", QueueTransport)) is not None:
+        if (ping := self._hook("ping")) is not None:
             ping()
 
     def check_queues(self, queues: tuple[QueueName, ...]) -> None:
-        if (check := _own(self.inner, "check_queues", QueueTransport)) is not None:
+        if (check := self._hook("check_queues")) is not None:
             check(queues)
         else:
             self.ping()
 
     def close(self) -> None:
-        if (close := _own(self.inner, "close", QueueTransport)) is not None:
+        if (close := self._hook("close")) is not None:
             close()
 
 
@@ -239,6 +243,18 @@ class AdaptedConsumer(TransportConsumer):
         self._slice = getattr(inner, "fetch_wait_slice_seconds", None) or DEFAULT_SLICE_SECONDS
         self._thread: FetchThread | None = None
         self._orphans: list[concurrent.futures.Future[Any]] = []  # of cancelled fetches
+
+        # The hooks it defines itself, looked up once (None: the default, nothing to call).
+        def hook(name: str) -> Any:
+            return _own(inner, name, TransportConsumer, BlockingConsumer)
+
+        self._nack, self._nack_later = hook("nack"), hook("nack_later")
+        self._dead_letter = hook("dead_letter") or inner.ack
+        self._extend, self._stop, self._close = (
+            hook("extend_lease"),
+            hook("stop_fetching"),
+            hook("close"),
+        )
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.inner, name)
@@ -293,20 +309,18 @@ class AdaptedConsumer(TransportConsumer):
 
     async def nack(self, message: QueueMessage, delay_seconds: float | None = None) -> bool:
         if delay_seconds:
-            later = _own(self.inner, "nack_later", TransportConsumer)
+            later = self._nack_later
             return later is not None and bool(await self._call(later, message, delay_seconds))
-        if (nack := _own(self.inner, "nack", TransportConsumer)) is not None:
-            await self._call(nack, message)
+        if self._nack is not None:
+            await self._call(self._nack, message)
         return True
 
     async def dead_letter(self, message: QueueMessage) -> None:
-        if (dead_letter := _own(self.inner, "dead_letter", TransportConsumer)) is None:
-            dead_letter = self.inner.ack
-        await self._call(dead_letter, message)
+        await self._call(self._dead_letter, message)
 
     async def extend_lease(self, message: QueueMessage) -> None:
-        if (extend := _own(self.inner, "extend_lease", TransportConsumer)) is not None:
-            await self._call(extend, message)
+        if self._extend is not None:
+            await self._call(self._extend, message)
 
     async def stop_fetching(self) -> list[QueueMessage]:
         """What cancelled fetches brought (waiting at most one slice and a margin for them;
@@ -324,23 +338,22 @@ class AdaptedConsumer(TransportConsumer):
                 future.add_done_callback(self._hand_back)
             elif future.exception() is None:
                 late += _messages(future.result())
-        if (stop := _own(self.inner, "stop_fetching", TransportConsumer)) is not None:
-            late += _messages(await self._call(stop, blocking=True))
+        if self._stop is not None:
+            late += _messages(await self._call(self._stop, blocking=True))
         return late
 
     def _hand_back(self, future: concurrent.futures.Future[Any]) -> None:
         """On the fetch thread: give back what a fetch brought after the drain gave up on it."""
         if future.exception() is None:
             for message in _messages(future.result()):
-                nack = _own(self.inner, "nack", TransportConsumer)
-                if nack is not None and not inspect.iscoroutinefunction(nack):
+                if self._nack is not None and not inspect.iscoroutinefunction(self._nack):
                     with contextlib.suppress(Exception):
-                        nack(message)
+                        self._nack(message)
 
     async def close(self) -> None:
         try:
-            if (close := _own(self.inner, "close", TransportConsumer)) is not None:
-                await self._call(close, blocking=True)
+            if self._close is not None:
+                await self._call(self._close, blocking=True)
         finally:
             if self._thread is not None:
                 self._thread.stop()
