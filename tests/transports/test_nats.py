@@ -145,6 +145,18 @@ def test_close_gives_back_nothing_it_did_not_hand_out(nats_url: str) -> None:
     assert [(m.body, m.receive_count) for m in got] == [("m", 1)]
 
 
+def test_a_fetch_that_does_not_wait_hands_out_what_its_pulls_bring(nats_url: str) -> None:
+    # A fetch returns only once its pulls are answered: what a late answer brought would
+    # otherwise arrive after the fetch, unasked, and cost a delivery when given back at close.
+    transport = nats(settings(nats_url, ack_wait=30.0, partitions=1))
+    consumer = transport.create_consumer(QueueName.INPUT)
+    assert consumer.fetch(1, 1.0) == []  # owns the partition from here on
+    transport.send(QueueName.INPUT, QueueMessage(body="m", group_id="g"))
+    got = consumer.fetch(1, 0.0)
+    assert [(m.body, m.receive_count) for m in got] == [("m", 1)]
+    consumer.close()
+
+
 def test_close_during_a_waiting_fetch_ends_it_and_costs_no_delivery(nats_url: str) -> None:
     transport = nats(settings(nats_url, ack_wait=30.0))
     consumer = transport.create_consumer(QueueName.INPUT)

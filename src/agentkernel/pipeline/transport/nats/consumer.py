@@ -42,6 +42,11 @@ MAX_WAITING = 1024
 HOUSEKEEPING_SECONDS = 0.1
 STUCK_CHECK_SECONDS = 0.25
 REFRESH_AFTER_SECONDS = 1.0
+#: A fetch that found nothing waits up to this long past its wait for the answers of the pulls
+#: it sent. The server may answer a pull after a short wait has ended (its consumer handles the
+#: request apart from the stream's writes, late on a busy machine), and what such an answer
+#: brings would arrive unasked: given back at close, each one a delivery more.
+ANSWER_GRACE_SECONDS = 0.5
 
 
 class NatsSource(Protocol):
@@ -234,17 +239,22 @@ class NatsConsumer(Pulling, Settling):
 
     async def _fetch(self, batch: int, wait: float) -> list[Entry]:
         deadline = self._loop.time() + wait
+        asked = False  # a fetch that does not wait still asks each partition once
         try:
             while True:
                 out = self._take(batch)
                 if out or self._closed or self._fetching_stopped:
                     return out
-                self._wanted, self._wanted_until = batch, deadline
-                if self._room_to_pull():  # else: hand those out first
-                    self._pull_idle()
                 left = deadline - self._loop.time()
-                if left <= 0:
-                    return out
+                if left > 0 or not asked:
+                    self._wanted, self._wanted_until = batch, deadline
+                    if self._room_to_pull():  # else: hand those out first
+                        self._pull_idle()
+                    asked = True
+                if left <= 0:  # past the wait: only for the answers of the pulls still open
+                    left = deadline + ANSWER_GRACE_SECONDS - self._loop.time()
+                    if left <= 0 or self._inbox is None or not self._inbox.open:
+                        return out
                 self._changed.clear()
                 await self._changed.wait(left)
         finally:
