@@ -30,7 +30,7 @@ CASES = [
         topology,
         scenario,
         id=f"{topology}-{scenario}",
-        marks=[*MARKS[topology], budget.WAITS if scenario == "poison" else budget.LOAD],
+        marks=[*MARKS[topology], (budget.waits if scenario == "poison" else budget.load)(topology)],
     )
     for topology, scenarios in TOPOLOGIES.items()
     for scenario in scenarios

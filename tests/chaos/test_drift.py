@@ -44,7 +44,13 @@ from tests.chaos.scenarios import Tally, tally, warm_up
 from tests.chaos.trace import PARTITIONS, write_timelines
 from tests.chaos.workload import SYNC_TIMEOUT, Turn, Workload
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis, pytest.mark.nats, budget.LOAD]
+pytestmark = [
+    pytest.mark.chaos,
+    pytest.mark.slow,
+    pytest.mark.redis,
+    pytest.mark.nats,
+    budget.load(),
+]
 
 SESSIONS, TURNS = 12, 6
 NEW_PARTITIONS = PARTITIONS // 2

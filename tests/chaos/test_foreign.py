@@ -22,7 +22,7 @@ from tests.test_foreign_messages import Pipeline, Publish, broker, turn_message
 
 __all__ = ["broker"]  # the fixture, shared with the regression test
 
-pytestmark = [pytest.mark.chaos, budget.WAITS]
+pytestmark = [pytest.mark.chaos, budget.waits()]
 
 SESSIONS, TURNS, EVERY = 3, 20, 5
 WANTED_CAP = 45.0

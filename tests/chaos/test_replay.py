@@ -29,7 +29,7 @@ from tests.chaos.scenarios import Tally, tally, warm_up
 from tests.chaos.trace import PARTITIONS
 from tests.chaos.workload import SYNC_TIMEOUT, Turn, Workload
 
-pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis, budget.WAITS]
+pytestmark = [pytest.mark.chaos, pytest.mark.slow, pytest.mark.redis]
 
 QUICK_TURNS = 70
 #: Seconds the scenario's workload may run: the slow turn (15 s), run again after the kill.
@@ -46,8 +46,12 @@ ENV = {
     "nats": {"CHAOS_SLOW_SECONDS": "8"},
 }
 CASES = [
-    pytest.param("kafka", marks=pytest.mark.kafka, id="kafka-replay-past-window"),
-    pytest.param("nats", marks=pytest.mark.nats, id="nats-replay-past-window"),
+    pytest.param(
+        "kafka", marks=[pytest.mark.kafka, budget.waits("kafka")], id="kafka-replay-past-window"
+    ),
+    pytest.param(
+        "nats", marks=[pytest.mark.nats, budget.waits("nats")], id="nats-replay-past-window"
+    ),
 ]
 
 

@@ -39,7 +39,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.redis,
     pytest.mark.nats,
-    budget.WAITS,
+    budget.waits(),
 ]
 
 SESSIONS = 10
