@@ -236,3 +236,51 @@ def test_the_deprecated_names_on_a_plain_transport_run_it_once_on_a_thread() -> 
         got, delayed, sent_id = asyncio.run(old_names())
     assert ([m.body for m in got], delayed, sent_id, sent) == (["m0"], False, "id", ["m0"])
     assert not queue.nacks  # nothing handed back by a nack_later that answered False
+
+
+class OnItsLoop(TransportConsumer):
+    """An async consumer bound to a loop of its own, as NATS's is; its ack takes a while."""
+
+    def __init__(self, home: LoopThread, fail: bool = False) -> None:
+        self.home, self.fail = home, fail
+        self.acked: list[str] = []
+
+    def home_loop(self) -> LoopThread:
+        return self.home
+
+    async def fetch(self, batch_size: int, wait_seconds: float) -> list[QueueMessage]:
+        return [QueueMessage(body=",".join(self.acked))]  # what was acked before this fetch
+
+    async def ack(self, message: QueueMessage) -> None:
+        if self.fail:
+            raise RuntimeError("the broker said no")
+        time.sleep(0.2)  # blocks its loop: a later call waits behind it
+        self.acked.append(message.body)
+
+
+def test_the_face_queues_an_ack_on_the_consumers_loop_and_later_calls_see_it() -> None:
+    home = LoopThread("home-ack-test")
+    try:
+        face = SyncConsumer(OnItsLoop(home))
+        started = time.monotonic()
+        face.ack(QueueMessage(body="a"))
+        face.ack(QueueMessage(body="b"))
+        assert time.monotonic() - started < 0.15  # not waited for
+        assert [m.body for m in face.fetch(1, 0.0)] == ["a,b"]  # run before the fetch, in order
+    finally:
+        home.stop()
+
+
+def test_a_failed_ack_queued_by_the_face_is_logged(caplog: pytest.LogCaptureFixture) -> None:
+    home = LoopThread("home-ack-fail-test")
+    try:
+        face = SyncConsumer(OnItsLoop(home, fail=True))
+        face.ack(QueueMessage(body="a"))
+        face.fetch(1, 0.0)  # runs after the ack: its failure is logged by then
+        deadline = time.monotonic() + 2.0
+        while "the broker said no" not in caplog.text and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert "an ack queued on its consumer's loop failed" in caplog.text
+        assert "the broker said no" in caplog.text
+    finally:
+        home.stop()

@@ -7,8 +7,10 @@ face of the process. Code on an event loop awaits the transport instead.
 
 from __future__ import annotations
 
+import logging
 import threading
 from collections.abc import Coroutine
+from concurrent.futures import Future
 from typing import Any, TypeVar
 
 from agentkernel.pipeline.runtime.event_loop import LoopThread
@@ -16,6 +18,7 @@ from agentkernel.pipeline.transport.base import QueueTransport, TransportConsume
 from agentkernel.pipeline.transport.blocking import adapt, adapt_consumer
 from agentkernel.pipeline.wire.envelope import QueueMessage, QueueName
 
+logger = logging.getLogger(__name__)
 T = TypeVar("T")
 
 _shared: LoopThread | None = None
@@ -28,6 +31,11 @@ def _face_loop() -> LoopThread:
         if _shared is None:
             _shared = LoopThread("transport-sync-face")
         return _shared
+
+
+def _log_failure(future: Future[None]) -> None:
+    if not future.cancelled() and (exc := future.exception()) is not None:
+        logger.warning("an ack queued on its consumer's loop failed: %r", exc)
 
 
 def run_for(consumer: TransportConsumer, coro: Coroutine[Any, Any, T]) -> T:
@@ -58,8 +66,17 @@ class SyncConsumer:
         return self._run(self.consumer.fetch(batch_size, wait_seconds))
 
     def ack(self, message: QueueMessage) -> None:
-        """See :meth:`TransportConsumer.ack`."""
-        self._run(self.consumer.ack(message))
+        """See :meth:`TransportConsumer.ack`.
+
+        A consumer bound to a loop of its own (NATS) is not waited for, as a sync client's ack
+        is not: the ack is queued on that loop, which runs it before any later call made
+        through this face, and a failure is logged (the message then comes again). Waiting
+        cost two thread wake-ups per message, most of an ack's time.
+        """
+        if self.consumer.home_loop() is None:
+            self._run(self.consumer.ack(message))
+        else:
+            self._loop.submit(self.consumer.ack(message)).add_done_callback(_log_failure)
 
     def nack(self, message: QueueMessage, delay_seconds: float | None = None) -> bool:
         """See :meth:`TransportConsumer.nack`."""
