@@ -38,7 +38,7 @@ def unavailable(reason: str) -> None:
 #: picked again by another worker before the server meant for it bound it: the test then
 #: talked to another test's server (a 405 from a runner's health port, in CI). Two test sessions
 #: running at the same time would hand out the same ports: give the second its own range with
-#: ``AK_TEST_FIRST_PORT`` (``.ci/run`` runs two side by side, at 20000 and 10000).
+#: ``AK_TEST_FIRST_PORT`` (``.ci/run``'s side runs start at 10000, 14000 and 17000).
 PORT_BLOCK = 1500
 _FIRST_PORT = int(os.environ.get("AK_TEST_FIRST_PORT", "20000"))
 
