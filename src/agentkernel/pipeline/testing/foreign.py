@@ -50,6 +50,8 @@ class UndecodableCases(ContractFixtures):
             consumer = self.consumer(transport, queue)  # one per queue: a group member each
             for kind in self.undecodable_kinds:
                 self._one_undecodable(transport, consumer, queue, kind)
+            self.advance(self.ack_wait + 0.5)
+            self.assert_empty(consumer)  # each dead-lettered once: none comes back
 
     def _one_undecodable(
         self, transport: SyncTransport, consumer: SyncConsumer, queue: QueueName, kind: str
@@ -66,8 +68,6 @@ class UndecodableCases(ContractFixtures):
         assert foreign[0].attributes.get("request_id") == expected, f"{kind} on {queue}"
         assert sorted(bodies) == sorted(f"{b}-{tag}" for b in ("before", "after", "beside"))
         assert bodies.index(f"before-{tag}") < bodies.index(f"after-{tag}")
-        self.advance(self.ack_wait + 0.5)
-        self.assert_empty(consumer)  # dead-lettered once: it does not come back
 
     def _settle_all(self, consumer: SyncConsumer, n: int) -> tuple[list[str], list[QueueMessage]]:
         """Fetch ``n`` messages, acking decodable ones and dead-lettering the others."""
