@@ -1,9 +1,14 @@
 """The container image's dependency set runs the commands the artifacts give it, without Docker.
 
-A virtual environment gets exactly what the image's build stage installs (the project with the
-Dockerfile's ``EXTRAS``, wheels only), and the files its final stage copies to ``/app``. Every
-command of the Dockerfile, the Kubernetes overlays and the ECS Terraform then runs from there,
-against moto's SQS and DynamoDB with the fake OpenAI server, until it answers a turn.
+A virtual environment gets exactly what the image's build stage installs (a wheel of the project
+and the distributions its Dockerfile ``EXTRAS`` require, nothing else), and the files its final
+stage copies to ``/app``. Every command of the Dockerfile, the Kubernetes overlays and the ECS
+Terraform then runs from there, against moto's SQS and DynamoDB with the fake OpenAI server,
+until it answers a turn.
+
+No test run reaches a package index: the wheel is built without build isolation (the ``test``
+extra brings setuptools and wheel), and each required distribution is copied, file by file as
+its ``RECORD`` lists them, from this test environment, where the ``test`` extra installed it.
 """
 
 from __future__ import annotations
@@ -15,11 +20,14 @@ import subprocess
 import time
 import uuid
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import boto3
 import httpx
 import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
 
 from agentkernel.testing.fake_openai import FakeOpenAI
 from tests import servers
@@ -51,21 +59,76 @@ def image(tmp_path_factory: pytest.TempPathFactory) -> Path:
     venv = root / "venv"
     subprocess.run([servers.PYTHON, "-m", "venv", str(venv)], check=True)
     wheels = root / "wheels"
-    pip = [str(venv / "bin" / "python"), "-m", "pip", "install", "-q", "--only-binary=:all:"]
     # As the build stage does: a wheel of the project, installed with the image's extras.
-    subprocess.run(
-        [*pip[:3], "wheel", "-q", "--no-deps", "--wheel-dir", str(wheels), str(a.ROOT)],
-        check=True,
-        timeout=300,
-    )
+    pip = [servers.PYTHON, "-m", "pip", "--disable-pip-version-check"]
+    build = ["wheel", "-q", "--no-deps", "--no-build-isolation", "--wheel-dir", str(wheels)]
+    subprocess.run([*pip, *build, str(a.ROOT)], check=True, timeout=300)
     [wheel] = wheels.glob("agentkernel-*.whl")
-    subprocess.run([*pip, f"{wheel}[{image_extras()}]"], check=True, timeout=600)
+    target = ["--python", str(venv / "bin" / "python"), "install", "-q", "--no-deps"]
+    subprocess.run([*pip, *target, str(wheel)], check=True, timeout=300)
+    site = Path(
+        subprocess.run(
+            [
+                str(venv / "bin" / "python"),
+                "-c",
+                "import sysconfig; print(sysconfig.get_path('purelib'))",
+            ],
+            capture_output=True,
+            text=True,
+            check=True,
+        ).stdout.strip()
+    )
+    for dist in required(f"agentkernel[{image_extras()}]") - {"agentkernel"}:
+        copy_distribution(dist, site, venv / "bin")
     app = root / "app"
     app.mkdir()
     for target, source in image_files().items():
         if target.startswith("/app/"):
             shutil.copy(source, app / Path(target).name)
     return root
+
+
+def required(requirement: str) -> set[str]:
+    """The distributions ``requirement`` needs, itself included, as installed here: its
+    ``Requires-Dist`` with the extras asked for, followed to the end."""
+    wanted, seen = [Requirement(requirement)], set[tuple[str, frozenset[str]]]()
+    names: set[str] = set()
+    while wanted:
+        req = wanted.pop()
+        name, extras = canonicalize_name(req.name), frozenset(req.extras)
+        if (name, extras) in seen:
+            continue
+        seen.add((name, extras))
+        names.add(name)
+        for text in metadata.distribution(name).requires or []:
+            needed = Requirement(text)
+            if needed.marker is None or any(
+                needed.marker.evaluate({"extra": extra}) for extra in {"", *extras}
+            ):
+                wanted.append(needed)
+    return names
+
+
+def copy_distribution(name: str, site: Path, scripts: Path) -> None:
+    """Install distribution ``name`` into another environment (``site``, its ``scripts``) by
+    copying its files from this one, as its ``RECORD`` lists them; its console scripts are
+    written anew for that environment's Python."""
+    dist = metadata.distribution(name)
+    home = Path(str(dist.locate_file(""))).resolve()
+    for file in dist.files or []:
+        source = Path(str(dist.locate_file(file))).resolve()
+        if source.is_file() and source.is_relative_to(home) and "__pycache__" not in file.parts:
+            destination = site / source.relative_to(home)
+            destination.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, destination)
+    for entry in dist.entry_points.select(group="console_scripts"):
+        module, _, attribute = entry.value.partition(":")
+        script = scripts / entry.name
+        script.write_text(
+            f"#!{scripts / 'python'}\nimport sys\nfrom {module} import {attribute.split('.')[0]}\n"
+            f"sys.exit({attribute}())\n"
+        )
+        script.chmod(0o755)
 
 
 class ImageDeployment:
