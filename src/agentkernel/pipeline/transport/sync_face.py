@@ -48,7 +48,8 @@ class SyncConsumer:
 
     def __init__(self, consumer: Any) -> None:
         self.consumer: TransportConsumer = adapt_consumer(consumer)
-        self._loop = self.consumer.home_loop() or _face_loop()
+        self._home = self.consumer.home_loop()  # its acks are queued there, not waited for
+        self._loop = self._home or _face_loop()
 
     def __getattr__(self, name: str) -> Any:
         return getattr(self.consumer, name)  # lease_seconds and what a broker offers beside
@@ -73,7 +74,7 @@ class SyncConsumer:
         through this face, and a failure is logged (the message then comes again). Waiting
         cost two thread wake-ups per message, most of an ack's time.
         """
-        if self.consumer.home_loop() is None:
+        if self._home is None:
             self._run(self.consumer.ack(message))
         else:
             self._loop.submit(self.consumer.ack(message)).add_done_callback(_log_failure)
